@@ -1,0 +1,96 @@
+#include "apps/app.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "registry/registry.h"
+
+#ifndef COVERAGE_SOURCE_DIR
+#define COVERAGE_SOURCE_DIR "."
+#endif
+
+namespace coverage::apps {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int sig) {
+  if (g_stop.load() && sig == SIGINT) std::_Exit(kExitInterrupted);
+  g_stop.store(true);
+  const char msg[] = "\ncoverage: stopping after the current step (Ctrl-C again to quit now)\n";
+  ssize_t ignored = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  (void)ignored;
+}
+
+}  // namespace
+
+std::string DefaultHome() {
+  if (const char* env = std::getenv("COVERAGE_HOME"); env && *env) return env;
+  if (std::filesystem::exists("configs/tolerances.json")) return ".";
+  return COVERAGE_SOURCE_DIR;
+}
+
+std::string DefaultRegistryPath() {
+  if (const char* env = std::getenv("COVERAGE_REGISTRY"); env && *env) return env;
+  return "coverage.db";
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("cannot read '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const std::atomic<bool>* InstallStopHandler() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  return &g_stop;
+}
+
+Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& global, bool read_only) {
+  if (read_only && !std::filesystem::exists(global.registry_path)) {
+    return Status::NotFound("no registry at '" + global.registry_path +
+                            "'; create one with `coverage capture --registry " + global.registry_path +
+                            "` or pass --registry");
+  }
+  registry::RegistryOptions options;
+  options.read_only = read_only;
+  return registry::Registry::Open(global.registry_path, options);
+}
+
+std::string GitRevision(const std::string& home) {
+  if (const char* env = std::getenv("COVERAGE_GIT_REVISION"); env && *env) return env;
+  std::string cmd = "git -C '" + home + "' rev-parse --short HEAD 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "";
+  char buf[64] = {0};
+  std::string out;
+  if (fgets(buf, sizeof(buf), p)) out = buf;
+  pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+std::string HostName() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "";
+  return buf;
+}
+
+int ReportError(const Status& status) {
+  std::fprintf(stderr, "coverage: error: %s\n", status.message().c_str());
+  return kExitUsage;
+}
+
+}  // namespace coverage::apps

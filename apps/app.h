@@ -1,0 +1,57 @@
+// Shared plumbing of the `coverage` CLI: where data and configs live, signal
+// handling, reading files, opening the registry. Only the app reads the
+// environment and config files; modules get options structs.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "core/result.h"
+
+namespace CLI {
+class App;
+}
+namespace coverage::registry {
+class Registry;
+}
+
+namespace coverage::apps {
+
+// Exit codes a CI system can act on.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailures = 1;     // the run found unexpected failures
+inline constexpr int kExitUsage = 2;        // bad flags, files or data; harness errors
+inline constexpr int kExitInterrupted = 130;
+
+struct GlobalOptions {
+  std::string registry_path;  // --registry, $COVERAGE_REGISTRY, or ./coverage.db
+  std::string home;           // --home, $COVERAGE_HOME, or the source tree it was built from
+  bool quiet = false;         // no progress lines
+  int exit_code = 0;          // set by the subcommand that ran
+};
+
+// The project folder holding configs/ and data/.
+std::string DefaultHome();
+std::string DefaultRegistryPath();
+
+Result<std::string> ReadFile(const std::string& path);
+
+// SIGINT/SIGTERM set the returned flag; a second SIGINT exits at once.
+const std::atomic<bool>* InstallStopHandler();
+
+// Opens the registry. For read-only use, a missing file is a clear error
+// that says how to create one.
+Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& global, bool read_only);
+
+std::string GitRevision(const std::string& home);
+std::string HostName();
+
+// Prints "coverage: error: <message>" to stderr and returns kExitUsage.
+int ReportError(const Status& status);
+
+void AddCaptureCommand(CLI::App& app, GlobalOptions& global);
+void AddRegistryCommand(CLI::App& app, GlobalOptions& global);
+void AddRunCommand(CLI::App& app, GlobalOptions& global);
+
+}  // namespace coverage::apps

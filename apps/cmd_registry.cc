@@ -1,0 +1,299 @@
+// `coverage registry stats | query | export`: the shape registry, queried.
+#include <cstdio>
+#include <fstream>
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "apps/app.h"
+#include "apps/table.h"
+#include "registry/registry.h"
+
+namespace coverage::apps {
+namespace {
+
+struct FilterFlags {
+  std::vector<std::string> ops;
+  std::string model;
+  std::string dtype;
+  std::vector<std::string> dims;
+  std::optional<double> min_flops;
+  std::optional<double> max_flops;
+  std::string profile;
+  int64_t limit = 0;
+  std::string format = "table";
+  std::string out;
+  int top = 20;
+};
+
+void AddFilterFlags(CLI::App* cmd, FilterFlags& f) {
+  cmd->add_option("--op", f.ops, "Op name, e.g. mm, aten::addmm or add.Tensor (repeatable: any of them)");
+  cmd->add_option("--model", f.model, "Source model id; * and ? are wildcards (e.g. 'Qwen/*')");
+  cmd->add_option("--dtype", f.dtype, "A tensor argument has this dtype (f32, bf16, f16, f64, i64, b8, ...)");
+  cmd->add_option("--dim", f.dims,
+                  "Dimension predicate, ARG[IDX] OP N or ARG.rank OP N; ARG is an argument name or *; e.g. "
+                  "'self[-1]>=4096', '*.rank==4' (repeatable: all must hold)");
+  cmd->add_option("--min-flops", f.min_flops, "Estimated FLOPs at least");
+  cmd->add_option("--max-flops", f.max_flops, "Estimated FLOPs at most");
+  cmd->add_option("--profile", f.profile, "Captured under this input profile (prefill, decode, ...)");
+}
+
+Result<registry::CaseFilter> ToFilter(const FilterFlags& f) {
+  registry::CaseFilter filter;
+  filter.ops = f.ops;
+  filter.model = f.model;
+  if (!f.dtype.empty() && !DTypeFromName(f.dtype)) {
+    return Status::InvalidArgument("--dtype '" + f.dtype + "' is not a dtype (f32 f64 f16 bf16 i8 u8 i16 i32 i64 b8 c64 c128)");
+  }
+  filter.dtype = f.dtype;
+  for (const auto& d : f.dims) {
+    COV_ASSIGN_OR_RETURN(auto p, registry::ParseDimPredicate(d));
+    filter.dims.push_back(std::move(p));
+  }
+  filter.min_flops = f.min_flops;
+  filter.max_flops = f.max_flops;
+  filter.profile = f.profile;
+  filter.limit = f.limit;
+  return filter;
+}
+
+std::string HumanCount(double v) {
+  const char* units[] = {"", "K", "M", "G", "T", "P"};
+  int u = 0;
+  while (std::abs(v) >= 1000 && u < 5) {
+    v /= 1000;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.1f}{}", v, units[u]);
+}
+
+Status WriteOutput(const std::string& path, const std::string& text) {
+  if (path.empty() || path == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return Status::Ok();
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Status::IoError("cannot write '" + path + "'");
+  out << text;
+  if (!out) return Status::IoError("writing '" + path + "' failed");
+  return Status::Ok();
+}
+
+Result<OutputFormat> ParseFormat(const std::string& f) {
+  if (f == "table") return OutputFormat::kTable;
+  if (f == "json") return OutputFormat::kJson;
+  if (f == "csv") return OutputFormat::kCsv;
+  return Status::InvalidArgument("--format '" + f + "': expected table, json or csv");
+}
+
+std::string Render(const Table& t, OutputFormat format, size_t max_width = 0) {
+  switch (format) {
+    case OutputFormat::kJson: return t.RenderJson();
+    case OutputFormat::kCsv: return t.RenderCsv();
+    case OutputFormat::kTable: return t.RenderAligned(max_width);
+  }
+  return "";
+}
+
+int RunQuery(const GlobalOptions& global, const FilterFlags& flags) {
+  auto format = ParseFormat(flags.format);
+  if (!format) return ReportError(format.error());
+  auto filter = ToFilter(flags);
+  if (!filter) return ReportError(filter.error());
+  auto reg = OpenRegistry(global, true);
+  if (!reg) return ReportError(reg.error());
+  auto cases = (*reg)->FindCases(*filter);
+  if (!cases) return ReportError(cases.error());
+  Table t;
+  const bool human = *format == OutputFormat::kTable;
+  t.headers = {"key", "op", "case", "flops", "models", "calls"};
+  t.numeric = {false, false, false, true, true, true};
+  for (const auto& c : *cases) {
+    std::string summary = c.op_case.Summary();
+    summary = summary.substr(c.op_case.QualifiedName().size());
+    int64_t n_models = c.models.empty() ? 0 : 1 + std::count(c.models.begin(), c.models.end(), ',');
+    t.rows.push_back({c.key, c.op_case.QualifiedName(), summary,
+                      human ? HumanCount(c.cost.flops) : fmt::format("{:.0f}", c.cost.flops),
+                      std::to_string(n_models), std::to_string(c.total_calls)});
+  }
+  Status s = WriteOutput(flags.out, Render(t, *format, 110));
+  if (!s.ok()) return ReportError(s);
+  if (human && flags.out.empty()) std::fprintf(stderr, "%zu cases\n", cases->size());
+  return kExitOk;
+}
+
+int RunExport(const GlobalOptions& global, const FilterFlags& flags) {
+  if (flags.format != "jsonl" && flags.format != "json" && flags.format != "csv") {
+    return ReportError(Status::InvalidArgument("--format '" + flags.format + "': expected jsonl, json or csv"));
+  }
+  auto filter = ToFilter(flags);
+  if (!filter) return ReportError(filter.error());
+  auto reg = OpenRegistry(global, true);
+  if (!reg) return ReportError(reg.error());
+  auto cases = (*reg)->FindCases(*filter);
+  if (!cases) return ReportError(cases.error());
+  std::string text;
+  if (flags.format == "csv") {
+    Table t;
+    t.headers = {"key", "op", "overload", "summary", "flops", "bytes", "models", "calls", "case_json"};
+    for (const auto& c : *cases) {
+      t.rows.push_back({c.key, c.op_case.op, c.op_case.overload, c.op_case.Summary(), fmt::format("{:.0f}", c.cost.flops),
+                        fmt::format("{:.0f}", c.cost.bytes), c.models, std::to_string(c.total_calls),
+                        c.op_case.ToCanonicalJson()});
+    }
+    text = t.RenderCsv();
+  } else {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& c : *cases) {
+      nlohmann::json models = nlohmann::json::array();
+      size_t start = 0;
+      while (!c.models.empty() && start <= c.models.size()) {
+        size_t comma = c.models.find(',', start);
+        models.push_back(c.models.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      nlohmann::json j = {{"key", c.key},
+                          {"summary", c.op_case.Summary()},
+                          {"case", nlohmann::json::parse(c.op_case.ToCanonicalJson())},
+                          {"flops", c.cost.flops},
+                          {"bytes", c.cost.bytes},
+                          {"models", models},
+                          {"calls", c.total_calls}};
+      if (flags.format == "jsonl") {
+        text += j.dump() + "\n";
+      } else {
+        all.push_back(std::move(j));
+      }
+    }
+    if (flags.format == "json") text = all.dump(2) + "\n";
+  }
+  Status s = WriteOutput(flags.out, text);
+  if (!s.ok()) return ReportError(s);
+  if (!flags.out.empty() && flags.out != "-") std::fprintf(stderr, "wrote %zu cases to %s\n", cases->size(), flags.out.c_str());
+  return kExitOk;
+}
+
+int RunStats(const GlobalOptions& global, const FilterFlags& flags) {
+  auto format = ParseFormat(flags.format);
+  if (!format) return ReportError(format.error());
+  auto filter = ToFilter(flags);
+  if (!filter) return ReportError(filter.error());
+  auto reg = OpenRegistry(global, true);
+  if (!reg) return ReportError(reg.error());
+  auto cases = (*reg)->FindCases(*filter);
+  if (!cases) return ReportError(cases.error());
+
+  struct OpStats {
+    int64_t cases = 0, calls = 0;
+    double flops = 0;
+    std::set<std::string> models;
+  };
+  std::map<std::string, OpStats> per_op;
+  std::map<std::string, int64_t> per_dtype, per_model;
+  double total_flops = 0;
+  int64_t total_calls = 0;
+  for (const auto& c : *cases) {
+    OpStats& s = per_op[c.op_case.QualifiedName()];
+    ++s.cases;
+    s.calls += c.total_calls;
+    s.flops += c.cost.flops;
+    total_flops += c.cost.flops;
+    total_calls += c.total_calls;
+    for (DType d : c.op_case.DTypes()) ++per_dtype[std::string(DTypeName(d))];
+    size_t start = 0;
+    while (!c.models.empty()) {
+      size_t comma = c.models.find(',', start);
+      std::string m = c.models.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      s.models.insert(m);
+      ++per_model[m];
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  std::vector<std::pair<std::string, OpStats>> ops(per_op.begin(), per_op.end());
+  std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.cases > b.second.cases; });
+
+  Table op_table;
+  op_table.headers = {"op", "cases", "models", "calls", "flops"};
+  op_table.numeric = {false, true, true, true, true};
+  const bool human = *format == OutputFormat::kTable;
+  for (size_t i = 0; i < ops.size() && (flags.top <= 0 || static_cast<int>(i) < flags.top || !human); ++i) {
+    const auto& [name, s] = ops[i];
+    op_table.rows.push_back({name, std::to_string(s.cases), std::to_string(s.models.size()), std::to_string(s.calls),
+                             human ? HumanCount(s.flops) : fmt::format("{:.0f}", s.flops)});
+  }
+  Table dtype_table;
+  dtype_table.headers = {"dtype", "cases"};
+  dtype_table.numeric = {false, true};
+  for (const auto& [d, n] : per_dtype) dtype_table.rows.push_back({d, std::to_string(n)});
+  Table model_table;
+  model_table.headers = {"model", "cases"};
+  model_table.numeric = {false, true};
+  for (const auto& [m, n] : per_model) model_table.rows.push_back({m, std::to_string(n)});
+
+  std::string text;
+  if (*format == OutputFormat::kJson) {
+    nlohmann::json j = {{"registry", global.registry_path},
+                        {"cases", cases->size()},
+                        {"ops", per_op.size()},
+                        {"models", per_model.size()},
+                        {"calls", total_calls},
+                        {"flops", total_flops},
+                        {"per_op", nlohmann::json::parse(op_table.RenderJson())},
+                        {"per_dtype", nlohmann::json::parse(dtype_table.RenderJson())},
+                        {"per_model", nlohmann::json::parse(model_table.RenderJson())}};
+    text = j.dump(2) + "\n";
+  } else if (*format == OutputFormat::kCsv) {
+    text = op_table.RenderCsv();
+  } else {
+    text = fmt::format("registry {}: {} cases of {} ops from {} models ({} calls, {} FLOPs)\n\n", global.registry_path,
+                       cases->size(), per_op.size(), per_model.size(), total_calls, HumanCount(total_flops));
+    text += op_table.RenderAligned();
+    if (flags.top > 0 && static_cast<int>(ops.size()) > flags.top) {
+      text += fmt::format("... {} more ops (--top 0 shows all)\n", ops.size() - flags.top);
+    }
+    text += "\n" + dtype_table.RenderAligned() + "\n" + model_table.RenderAligned();
+  }
+  Status s = WriteOutput(flags.out, text);
+  return s.ok() ? kExitOk : ReportError(s);
+}
+
+}  // namespace
+
+void AddRegistryCommand(CLI::App& app, GlobalOptions& global) {
+  CLI::App* reg = app.add_subcommand("registry", "Query the shape registry: stats, query, export");
+  reg->require_subcommand(1);
+
+  auto stats_flags = std::make_shared<FilterFlags>();
+  CLI::App* stats = reg->add_subcommand("stats", "Counts of cases per op, dtype and source model");
+  AddFilterFlags(stats, *stats_flags);
+  stats->add_option("--format", stats_flags->format, "table, json or csv (the per-op table)")->capture_default_str();
+  stats->add_option("--top", stats_flags->top, "Ops shown in the table (0 = all)")->capture_default_str();
+  stats->add_option("-o,--out", stats_flags->out, "Write to this file instead of stdout");
+  stats->callback([&global, stats_flags]() { global.exit_code = RunStats(global, *stats_flags); });
+
+  auto query_flags = std::make_shared<FilterFlags>();
+  CLI::App* query = reg->add_subcommand("query", "List op cases matching the filters");
+  AddFilterFlags(query, *query_flags);
+  query->add_option("--limit", query_flags->limit, "At most this many cases (0 = all)");
+  query->add_option("--format", query_flags->format, "table, json or csv")->capture_default_str();
+  query->add_option("-o,--out", query_flags->out, "Write to this file instead of stdout");
+  query->callback([&global, query_flags]() { global.exit_code = RunQuery(global, *query_flags); });
+
+  auto export_flags = std::make_shared<FilterFlags>();
+  export_flags->format = "jsonl";
+  CLI::App* exp = reg->add_subcommand("export", "Export op cases with their full JSON and provenance");
+  AddFilterFlags(exp, *export_flags);
+  exp->add_option("--limit", export_flags->limit, "At most this many cases (0 = all)");
+  exp->add_option("--format", export_flags->format, "jsonl, json or csv")->capture_default_str();
+  exp->add_option("-o,--out", export_flags->out, "Write to this file instead of stdout");
+  exp->callback([&global, export_flags]() { global.exit_code = RunExport(global, *export_flags); });
+}
+
+}  // namespace coverage::apps

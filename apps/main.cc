@@ -1,0 +1,31 @@
+// coverage: which real models run correctly on a PyTorch backend.
+#include <CLI/CLI.hpp>
+
+#include "apps/app.h"
+
+int main(int argc, char** argv) {
+  using namespace coverage::apps;
+  CLI::App app{
+      "coverage: model-coverage test harness for PyTorch backends.\n"
+      "Captures the ops and shapes real models execute into a SQLite registry,\n"
+      "replays them on a backend against the CPU reference, and reports."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "coverage 0.1.0");
+  GlobalOptions global;
+  global.registry_path = DefaultRegistryPath();
+  global.home = DefaultHome();
+  app.add_option("--registry", global.registry_path, "Registry database file ($COVERAGE_REGISTRY)")
+      ->capture_default_str();
+  app.add_option("--home", global.home, "Folder holding configs/ and data/ ($COVERAGE_HOME)")->capture_default_str();
+  app.add_flag("-q,--quiet", global.quiet, "No progress output");
+  AddCaptureCommand(app, global);
+  AddRegistryCommand(app, global);
+  AddRunCommand(app, global);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);  // prints help/version (rc 0) or the parse error
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  return global.exit_code;  // set by the subcommand's callback
+}

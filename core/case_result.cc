@@ -1,0 +1,82 @@
+#include "core/case_result.h"
+
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+namespace coverage {
+namespace {
+
+using nlohmann::json;
+
+void PutOptional(json& j, const char* name, const std::optional<double>& v) {
+  if (v && std::isfinite(*v)) {
+    j[name] = *v;
+  } else if (v) {
+    j[name] = std::isnan(*v) ? "nan" : (*v > 0 ? "inf" : "-inf");
+  }
+}
+
+std::optional<double> GetOptional(const json& j, const char* name) {
+  if (!j.contains(name)) return std::nullopt;
+  const json& v = j[name];
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const std::string&>();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string CaseResult::ToJson() const {
+  json j;
+  j["outcome"] = OutcomeName(outcome);
+  j["error"] = error;
+  PutOptional(j, "max_abs_err", max_abs_err);
+  PutOptional(j, "max_rel_err", max_rel_err);
+  PutOptional(j, "mismatch_frac", mismatch_frac);
+  PutOptional(j, "cosine", cosine);
+  PutOptional(j, "error_ratio", error_ratio);
+  PutOptional(j, "first_call_us", first_call_us);
+  PutOptional(j, "warm_us", warm_us);
+  j["timing"] = {{"materialize_us", timing.materialize_us}, {"golden_us", timing.golden_us},
+                 {"reference_us", timing.reference_us},     {"backend_us", timing.backend_us},
+                 {"compare_us", timing.compare_us},         {"total_us", timing.total_us}};
+  j["detail"] = detail_json;
+  return j.dump();
+}
+
+Result<CaseResult> CaseResult::FromJson(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status::Corruption("case result JSON does not parse");
+  CaseResult r;
+  auto outcome = OutcomeFromName(j.value("outcome", std::string()));
+  if (!outcome) return Status::Corruption("case result JSON: unknown outcome '" + j.value("outcome", std::string()) + "'");
+  r.outcome = *outcome;
+  r.error = j.value("error", std::string());
+  r.max_abs_err = GetOptional(j, "max_abs_err");
+  r.max_rel_err = GetOptional(j, "max_rel_err");
+  r.mismatch_frac = GetOptional(j, "mismatch_frac");
+  r.cosine = GetOptional(j, "cosine");
+  r.error_ratio = GetOptional(j, "error_ratio");
+  r.first_call_us = GetOptional(j, "first_call_us");
+  r.warm_us = GetOptional(j, "warm_us");
+  if (j.contains("timing") && j["timing"].is_object()) {
+    const json& t = j["timing"];
+    r.timing.materialize_us = t.value("materialize_us", 0.0);
+    r.timing.golden_us = t.value("golden_us", 0.0);
+    r.timing.reference_us = t.value("reference_us", 0.0);
+    r.timing.backend_us = t.value("backend_us", 0.0);
+    r.timing.compare_us = t.value("compare_us", 0.0);
+    r.timing.total_us = t.value("total_us", 0.0);
+  }
+  r.detail_json = j.value("detail", std::string());
+  return r;
+}
+
+}  // namespace coverage

@@ -1,0 +1,47 @@
+// CaseResult: everything one execution of a case produced. It is a plain
+// record with a JSON form so that the loop that runs cases can move into a
+// worker process and send results over a pipe without changing what is
+// stored (see stages/unit_stage.h).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "core/outcome.h"
+#include "core/result.h"
+
+namespace coverage {
+
+// Where the time of one case went, in microseconds. "Compute" is time inside
+// dispatcher calls (golden, reference and backend); everything else is
+// harness overhead.
+struct CaseTiming {
+  double materialize_us = 0;  // making inputs (CPU) and copying them to the device
+  double golden_us = 0;       // the fp64 golden run, when there is one
+  double reference_us = 0;    // the CPU reference run
+  double backend_us = 0;      // all backend runs: first call + warm repetitions
+  double compare_us = 0;      // comparing outputs
+  double total_us = 0;        // the whole case, start to end
+
+  double ComputeUs() const { return golden_us + reference_us + backend_us; }
+};
+
+struct CaseResult {
+  Outcome outcome = Outcome::kPass;
+  std::string error;  // error text, skip reason, or first mismatch description
+  // Metrics over all tensor outputs; see Note [Tolerances] in runners/compare.cc.
+  std::optional<double> max_abs_err;    // max |backend - reference|
+  std::optional<double> max_rel_err;    // max |backend - reference| / |reference|
+  std::optional<double> mismatch_frac;  // share of elements outside tolerance
+  std::optional<double> cosine;         // lowest cosine similarity of any output
+  std::optional<double> error_ratio;    // backend error / CPU error, both vs the fp64 golden
+  std::optional<double> first_call_us;  // first backend call
+  std::optional<double> warm_us;        // median of the warm backend calls
+  CaseTiming timing;
+  std::string detail_json;  // per-output details; free-form JSON object
+
+  std::string ToJson() const;
+  static Result<CaseResult> FromJson(std::string_view json);
+};
+
+}  // namespace coverage

@@ -1,0 +1,452 @@
+#include "core/op_case.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/sha256.h"
+
+namespace coverage {
+namespace {
+
+using nlohmann::json;
+
+struct DTypeInfo {
+  DType dtype;
+  std::string_view name;
+  int64_t size;
+};
+
+constexpr DTypeInfo kDTypes[] = {
+    {DType::kFloat32, "f32", 4},  {DType::kFloat64, "f64", 8},  {DType::kFloat16, "f16", 2},
+    {DType::kBFloat16, "bf16", 2}, {DType::kInt8, "i8", 1},     {DType::kUInt8, "u8", 1},
+    {DType::kInt16, "i16", 2},    {DType::kInt32, "i32", 4},    {DType::kInt64, "i64", 8},
+    {DType::kBool, "b8", 1},      {DType::kComplex64, "c64", 8}, {DType::kComplex128, "c128", 16},
+};
+
+constexpr std::pair<ValueDomain::Kind, std::string_view> kDomainNames[] = {
+    {ValueDomain::Kind::kReal, "real"},         {ValueDomain::Kind::kNonNegative, "nonneg"},
+    {ValueDomain::Kind::kPositive, "positive"}, {ValueDomain::Kind::kUnit, "unit"},
+    {ValueDomain::Kind::kMask, "mask"},         {ValueDomain::Kind::kInteger, "int"},
+    {ValueDomain::Kind::kBool, "bool"},
+};
+
+constexpr std::pair<Argument::Kind, std::string_view> kArgKindNames[] = {
+    {Argument::Kind::kNone, "none"},          {Argument::Kind::kTensor, "tensor"},
+    {Argument::Kind::kTensorList, "tensor[]"}, {Argument::Kind::kInt, "int"},
+    {Argument::Kind::kDouble, "float"},       {Argument::Kind::kBool, "bool"},
+    {Argument::Kind::kString, "str"},         {Argument::Kind::kIntList, "int[]"},
+    {Argument::Kind::kDoubleList, "float[]"}, {Argument::Kind::kBoolList, "bool[]"},
+    {Argument::Kind::kDevice, "device"},
+};
+
+// JSON has no inf/nan; they are written as the strings "inf", "-inf", "nan".
+json DoubleToJson(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+Result<double> DoubleFromJson(const json& j, std::string_view what) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  }
+  return Status::Corruption(std::string(what) + ": expected a number, \"inf\", \"-inf\" or \"nan\"");
+}
+
+json TensorToJson(const TensorSpec& t) {
+  json j;
+  j["dtype"] = DTypeName(t.dtype);
+  j["shape"] = t.shape;
+  j["strides"] = t.strides;
+  j["offset"] = t.storage_offset;
+  json d;
+  d["kind"] = ValueDomainKindName(t.domain.kind);
+  if (t.domain.kind == ValueDomain::Kind::kInteger) {
+    d["lo"] = t.domain.lo;
+    d["hi"] = t.domain.hi;
+  }
+  j["domain"] = std::move(d);
+  return j;
+}
+
+Result<std::vector<int64_t>> IntsFromJson(const json& j, std::string_view what) {
+  if (!j.is_array()) return Status::Corruption(std::string(what) + ": expected an array of integers");
+  std::vector<int64_t> out;
+  out.reserve(j.size());
+  for (const auto& v : j) {
+    if (!v.is_number_integer()) return Status::Corruption(std::string(what) + ": expected integers");
+    out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
+Result<TensorSpec> TensorFromJson(const json& j, const std::string& what) {
+  if (!j.is_object()) return Status::Corruption(what + ": expected a tensor object");
+  TensorSpec t;
+  if (!j.contains("dtype") || !j["dtype"].is_string()) return Status::Corruption(what + ".dtype: missing");
+  auto dtype = DTypeFromName(j["dtype"].get<std::string>());
+  if (!dtype) return Status::Corruption(what + ".dtype: unknown dtype '" + j["dtype"].get<std::string>() + "'");
+  t.dtype = *dtype;
+  COV_ASSIGN_OR_RETURN(t.shape, IntsFromJson(j.value("shape", json()), what + ".shape"));
+  COV_ASSIGN_OR_RETURN(t.strides, IntsFromJson(j.value("strides", json()), what + ".strides"));
+  if (t.strides.size() != t.shape.size()) {
+    return Status::Corruption(what + ": strides has " + std::to_string(t.strides.size()) +
+                              " entries but shape has " + std::to_string(t.shape.size()));
+  }
+  for (int64_t s : t.shape) {
+    if (s < 0) return Status::Corruption(what + ".shape: negative size " + std::to_string(s));
+  }
+  t.storage_offset = j.value("offset", int64_t{0});
+  if (j.contains("domain")) {
+    const json& d = j["domain"];
+    std::string kind = d.value("kind", std::string("real"));
+    bool found = false;
+    for (auto [k, name] : kDomainNames) {
+      if (name == kind) { t.domain.kind = k; found = true; }
+    }
+    if (!found) return Status::Corruption(what + ".domain.kind: unknown '" + kind + "'");
+    if (t.domain.kind == ValueDomain::Kind::kInteger) {
+      t.domain.lo = d.value("lo", int64_t{0});
+      t.domain.hi = d.value("hi", int64_t{0});
+      if (t.domain.hi <= t.domain.lo) {
+        return Status::Corruption(what + ".domain: empty integer range [" + std::to_string(t.domain.lo) +
+                                  ", " + std::to_string(t.domain.hi) + ")");
+      }
+    }
+  }
+  return t;
+}
+
+json ArgToJson(const Argument& a) {
+  json j;
+  j["name"] = a.name;
+  j["type"] = ArgumentKindName(a.kind);
+  switch (a.kind) {
+    case Argument::Kind::kNone:
+    case Argument::Kind::kDevice:
+      break;
+    case Argument::Kind::kTensor:
+      j["tensor"] = TensorToJson(a.tensor);
+      break;
+    case Argument::Kind::kTensorList: {
+      json items = json::array();
+      for (const auto& t : a.tensors) items.push_back(t ? TensorToJson(*t) : json(nullptr));
+      j["items"] = std::move(items);
+      break;
+    }
+    case Argument::Kind::kInt: j["value"] = a.i; break;
+    case Argument::Kind::kDouble: j["value"] = DoubleToJson(a.d); break;
+    case Argument::Kind::kBool: j["value"] = a.b; break;
+    case Argument::Kind::kString: j["value"] = a.s; break;
+    case Argument::Kind::kIntList: j["value"] = a.ints; break;
+    case Argument::Kind::kDoubleList: {
+      json v = json::array();
+      for (double d : a.doubles) v.push_back(DoubleToJson(d));
+      j["value"] = std::move(v);
+      break;
+    }
+    case Argument::Kind::kBoolList: {
+      json v = json::array();
+      for (bool b : a.bools) v.push_back(b);
+      j["value"] = std::move(v);
+      break;
+    }
+  }
+  return j;
+}
+
+Result<Argument> ArgFromJson(const json& j, const std::string& what) {
+  if (!j.is_object()) return Status::Corruption(what + ": expected an object");
+  Argument a;
+  a.name = j.value("name", std::string());
+  std::string type = j.value("type", std::string());
+  bool found = false;
+  for (auto [k, name] : kArgKindNames) {
+    if (name == type) { a.kind = k; found = true; }
+  }
+  if (!found) return Status::Corruption(what + ".type: unknown argument type '" + type + "'");
+  const std::string here = what + " (" + a.name + ")";
+  auto need_value = [&]() -> Result<json> {
+    if (!j.contains("value")) return Status::Corruption(here + ": missing 'value'");
+    return j["value"];
+  };
+  switch (a.kind) {
+    case Argument::Kind::kNone:
+    case Argument::Kind::kDevice:
+      break;
+    case Argument::Kind::kTensor: {
+      if (!j.contains("tensor")) return Status::Corruption(here + ": missing 'tensor'");
+      COV_ASSIGN_OR_RETURN(a.tensor, TensorFromJson(j["tensor"], here + ".tensor"));
+      break;
+    }
+    case Argument::Kind::kTensorList: {
+      const json items = j.value("items", json());
+      if (!items.is_array()) return Status::Corruption(here + ".items: expected an array");
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (items[i].is_null()) {
+          a.tensors.emplace_back(std::nullopt);
+        } else {
+          COV_ASSIGN_OR_RETURN(auto t, TensorFromJson(items[i], here + ".items[" + std::to_string(i) + "]"));
+          a.tensors.emplace_back(std::move(t));
+        }
+      }
+      break;
+    }
+    case Argument::Kind::kInt: {
+      COV_ASSIGN_OR_RETURN(json v, need_value());
+      if (!v.is_number_integer()) return Status::Corruption(here + ".value: expected an integer");
+      a.i = v.get<int64_t>();
+      break;
+    }
+    case Argument::Kind::kDouble: {
+      COV_ASSIGN_OR_RETURN(json v, need_value());
+      COV_ASSIGN_OR_RETURN(a.d, DoubleFromJson(v, here + ".value"));
+      break;
+    }
+    case Argument::Kind::kBool: {
+      COV_ASSIGN_OR_RETURN(json v, need_value());
+      if (!v.is_boolean()) return Status::Corruption(here + ".value: expected a boolean");
+      a.b = v.get<bool>();
+      break;
+    }
+    case Argument::Kind::kString: {
+      COV_ASSIGN_OR_RETURN(json v, need_value());
+      if (!v.is_string()) return Status::Corruption(here + ".value: expected a string");
+      a.s = v.get<std::string>();
+      break;
+    }
+    case Argument::Kind::kIntList: {
+      COV_ASSIGN_OR_RETURN(json v, need_value());
+      COV_ASSIGN_OR_RETURN(a.ints, IntsFromJson(v, here + ".value"));
+      break;
+    }
+    case Argument::Kind::kDoubleList: {
+      COV_ASSIGN_OR_RETURN(json v, need_value());
+      if (!v.is_array()) return Status::Corruption(here + ".value: expected an array");
+      for (const auto& e : v) {
+        COV_ASSIGN_OR_RETURN(double d, DoubleFromJson(e, here + ".value"));
+        a.doubles.push_back(d);
+      }
+      break;
+    }
+    case Argument::Kind::kBoolList: {
+      COV_ASSIGN_OR_RETURN(json v, need_value());
+      if (!v.is_array()) return Status::Corruption(here + ".value: expected an array");
+      for (const auto& e : v) {
+        if (!e.is_boolean()) return Status::Corruption(here + ".value: expected booleans");
+        a.bools.push_back(e.get<bool>());
+      }
+      break;
+    }
+  }
+  return a;
+}
+
+std::string FormatDouble(double d) {
+  if (std::isnan(d)) return "nan";
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  json j = d;
+  return j.dump();
+}
+
+}  // namespace
+
+std::string_view DTypeName(DType dtype) {
+  for (const auto& info : kDTypes) {
+    if (info.dtype == dtype) return info.name;
+  }
+  return "?";
+}
+
+std::optional<DType> DTypeFromName(std::string_view name) {
+  for (const auto& info : kDTypes) {
+    if (info.name == name) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+bool IsFloatingDType(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
+         dtype == DType::kBFloat16;
+}
+
+bool IsIntegralDType(DType dtype) {
+  return dtype == DType::kInt8 || dtype == DType::kUInt8 || dtype == DType::kInt16 ||
+         dtype == DType::kInt32 || dtype == DType::kInt64;
+}
+
+int64_t DTypeSize(DType dtype) {
+  for (const auto& info : kDTypes) {
+    if (info.dtype == dtype) return info.size;
+  }
+  return 0;
+}
+
+std::string_view ValueDomainKindName(ValueDomain::Kind kind) {
+  for (auto [k, name] : kDomainNames) {
+    if (k == kind) return name;
+  }
+  return "?";
+}
+
+std::string_view ArgumentKindName(Argument::Kind kind) {
+  for (auto [k, name] : kArgKindNames) {
+    if (k == kind) return name;
+  }
+  return "?";
+}
+
+int64_t TensorSpec::Numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+int64_t TensorSpec::StorageNumel() const {
+  if (Numel() == 0) return storage_offset;
+  int64_t last = storage_offset;
+  for (size_t i = 0; i < shape.size(); ++i) last += (shape[i] - 1) * std::max<int64_t>(strides[i], 0);
+  return last + 1;
+}
+
+bool TensorSpec::IsContiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return storage_offset == 0;
+}
+
+std::string TensorSpec::ToShortString() const {
+  std::string out(DTypeName(dtype));
+  out += "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out += ",";
+    out += std::to_string(shape[i]);
+  }
+  out += "]";
+  if (!IsContiguous()) {
+    out += "{s=";
+    for (size_t i = 0; i < strides.size(); ++i) {
+      if (i) out += ",";
+      out += std::to_string(strides[i]);
+    }
+    if (storage_offset) out += ";o=" + std::to_string(storage_offset);
+    out += "}";
+  }
+  return out;
+}
+
+std::string OpCase::QualifiedName() const {
+  return overload.empty() ? op : op + "." + overload;
+}
+
+std::string OpCase::ToCanonicalJson() const {
+  json j;
+  j["v"] = kOpCaseVersion;
+  j["op"] = op;
+  j["overload"] = overload;
+  json args = json::array();
+  for (const auto& a : this->args) args.push_back(ArgToJson(a));
+  j["args"] = std::move(args);
+  return j.dump();  // nlohmann::json keeps object keys sorted
+}
+
+Result<OpCase> OpCase::FromJson(std::string_view text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Corruption("op case JSON does not parse");
+  if (!j.is_object()) return Status::Corruption("op case JSON: expected an object");
+  int version = j.value("v", 0);
+  if (version != kOpCaseVersion) {
+    return Status::Corruption("op case JSON: version " + std::to_string(version) + " is not supported (expected " +
+                              std::to_string(kOpCaseVersion) + ")");
+  }
+  OpCase c;
+  if (!j.contains("op") || !j["op"].is_string()) return Status::Corruption("op case JSON: missing 'op'");
+  c.op = j["op"].get<std::string>();
+  c.overload = j.value("overload", std::string());
+  const json args = j.value("args", json());
+  if (!args.is_array()) return Status::Corruption("op case JSON: 'args' must be an array");
+  for (size_t i = 0; i < args.size(); ++i) {
+    COV_ASSIGN_OR_RETURN(auto a, ArgFromJson(args[i], c.op + " args[" + std::to_string(i) + "]"));
+    c.args.push_back(std::move(a));
+  }
+  return c;
+}
+
+std::string OpCase::Key() const { return Sha256Hex(ToCanonicalJson()).substr(0, 16); }
+
+std::string OpCase::Summary() const {
+  std::string out = QualifiedName() + "(";
+  bool first = true;
+  for (const auto& a : args) {
+    std::string v;
+    switch (a.kind) {
+      case Argument::Kind::kNone: continue;  // omitted: defaults are the common case
+      case Argument::Kind::kDevice: continue;
+      case Argument::Kind::kTensor: v = a.tensor.ToShortString(); break;
+      case Argument::Kind::kTensorList: {
+        v = "[";
+        for (size_t i = 0; i < a.tensors.size(); ++i) {
+          if (i) v += ", ";
+          v += a.tensors[i] ? a.tensors[i]->ToShortString() : "None";
+        }
+        v += "]";
+        break;
+      }
+      case Argument::Kind::kInt: v = a.name + "=" + std::to_string(a.i); break;
+      case Argument::Kind::kDouble: v = a.name + "=" + FormatDouble(a.d); break;
+      case Argument::Kind::kBool: v = a.name + "=" + (a.b ? "True" : "False"); break;
+      case Argument::Kind::kString: v = a.name + "='" + a.s + "'"; break;
+      case Argument::Kind::kIntList: {
+        v = a.name + "=[";
+        for (size_t i = 0; i < a.ints.size(); ++i) v += (i ? "," : "") + std::to_string(a.ints[i]);
+        v += "]";
+        break;
+      }
+      case Argument::Kind::kDoubleList: {
+        v = a.name + "=[";
+        for (size_t i = 0; i < a.doubles.size(); ++i) v += (i ? "," : "") + FormatDouble(a.doubles[i]);
+        v += "]";
+        break;
+      }
+      case Argument::Kind::kBoolList: {
+        v = a.name + "=[";
+        for (size_t i = 0; i < a.bools.size(); ++i) v += std::string(i ? "," : "") + (a.bools[i] ? "True" : "False");
+        v += "]";
+        break;
+      }
+    }
+    if (!first) out += ", ";
+    out += v;
+    first = false;
+  }
+  out += ")";
+  return out;
+}
+
+std::vector<DType> OpCase::DTypes() const {
+  std::set<std::string_view> names;
+  for (const auto& a : args) {
+    if (a.kind == Argument::Kind::kTensor) names.insert(DTypeName(a.tensor.dtype));
+    if (a.kind == Argument::Kind::kTensorList) {
+      for (const auto& t : a.tensors) {
+        if (t) names.insert(DTypeName(t->dtype));
+      }
+    }
+  }
+  std::vector<DType> out;
+  for (auto n : names) out.push_back(*DTypeFromName(n));
+  return out;
+}
+
+}  // namespace coverage

@@ -1,0 +1,40 @@
+// Outcome: how one case (op case, module, model, train step) ended on the
+// backend under test. A backend failure is data: it is stored in `results`
+// and reported, never raised as a Status.
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace coverage {
+
+enum class Outcome {
+  kPass,               // within tolerance of the reference (see Note [Tolerances])
+  kMismatch,           // values differ beyond tolerance
+  kShapeMismatch,      // an output has a different shape than the reference
+  kDtypeMismatch,      // an output has a different dtype than the reference
+  kNonFiniteMismatch,  // NaN/Inf where the reference has finite values, or vice versa
+  kError,              // the backend raised an error while running the case
+  kUnsupported,        // the backend reported that it does not implement the op
+  kSkipped,            // not run (cost cap, filter, gate); the reason is stored
+  kCrash,              // the worker died with a signal
+  kTimeout,            // the case ran past its deadline
+  kExpectedFailure,    // failed, and configs/ lists it as a known failure
+  kUnexpectedPass,     // passed, but configs/ lists it as a known failure
+};
+
+inline constexpr Outcome kAllOutcomes[] = {
+    Outcome::kPass,  Outcome::kMismatch,    Outcome::kShapeMismatch, Outcome::kDtypeMismatch,
+    Outcome::kNonFiniteMismatch, Outcome::kError, Outcome::kUnsupported, Outcome::kSkipped,
+    Outcome::kCrash, Outcome::kTimeout,     Outcome::kExpectedFailure, Outcome::kUnexpectedPass,
+};
+
+// Stable lower-case names stored in the database ("pass", "mismatch", ...).
+std::string_view OutcomeName(Outcome outcome);
+std::optional<Outcome> OutcomeFromName(std::string_view name);
+
+// True for outcomes that make a run fail (exit code 1): everything except
+// pass, skipped and expected-failure.
+bool IsUnexpectedFailure(Outcome outcome);
+
+}  // namespace coverage

@@ -1,0 +1,51 @@
+#include "core/progress.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+namespace coverage {
+
+Progress::Progress(std::string label, int64_t total, bool enabled, double log_every_s)
+    : label_(std::move(label)),
+      total_(total),
+      enabled_(enabled),
+      tty_(isatty(STDERR_FILENO) != 0),
+      log_every_s_(log_every_s),
+      start_(std::chrono::steady_clock::now()),
+      last_(start_) {}
+
+Progress::~Progress() { Finish(); }
+
+void Progress::Update(int64_t done, const std::string& note) {
+  if (!enabled_ || finished_) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double since_last = std::chrono::duration<double>(now - last_).count();
+  const bool last_one = done >= total_;
+  if (tty_ ? (since_last < 0.1 && !last_one) : (since_last < log_every_s_ && !last_one)) return;
+  last_ = now;
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const double pct = total_ > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total_) : 100.0;
+  double eta = 0;
+  if (done > 0 && total_ > done) eta = elapsed / static_cast<double>(done) * static_cast<double>(total_ - done);
+  std::string shown = note.size() > 60 ? note.substr(0, 57) + "..." : note;
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s [%lld/%lld %3.0f%%] %.0fs elapsed, ~%.0fs left  %s", label_.c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total_), pct, elapsed, eta, shown.c_str());
+  } else {
+    std::fprintf(stderr, "%s [%lld/%lld %3.0f%%] %.0fs elapsed, ~%.0fs left  %s\n", label_.c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total_), pct, elapsed, eta, shown.c_str());
+  }
+  std::fflush(stderr);
+}
+
+void Progress::Finish() {
+  if (!enabled_ || finished_) return;
+  finished_ = true;
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  }
+}
+
+}  // namespace coverage

@@ -1,0 +1,355 @@
+#include "registry/registry.h"
+
+#include <string>
+
+#include "registry/schema.h"
+#include "registry/sqlite.h"
+
+namespace coverage::registry {
+namespace {
+
+Result<int> ReadUserVersion(Database& db) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db.Prepare("PRAGMA user_version"));
+  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return Status::Corruption("PRAGMA user_version returned no row in " + db.path());
+  return static_cast<int>(stmt.Int(0));
+}
+
+Status Migrate(Database& db, int from) {
+  for (const Migration& m : Migrations()) {
+    if (m.version <= from) continue;
+    Status s = InTransaction(db, [&]() -> Status {
+      COV_RETURN_IF_ERROR(db.Exec(m.sql));
+      return db.Exec("PRAGMA user_version = " + std::to_string(m.version));
+    });
+    if (!s.ok()) return s.WithContext("applying migration " + std::to_string(m.version) + " (" +
+                                      std::string(m.description) + ")");
+  }
+  return Status::Ok();
+}
+
+std::string DTypesColumn(const OpCase& c) {
+  std::string out = " ";
+  for (DType d : c.DTypes()) {
+    out += DTypeName(d);
+    out += ' ';
+  }
+  return out;
+}
+
+}  // namespace
+
+Registry::Registry(std::unique_ptr<Database> db, int version) : db_(std::move(db)), schema_version_(version) {}
+Registry::~Registry() = default;
+
+Result<std::unique_ptr<Registry>> Registry::Open(const std::string& path, const RegistryOptions& options) {
+  COV_ASSIGN_OR_RETURN(auto db, Database::Open(path, options.read_only, options.busy_timeout_ms));
+  COV_ASSIGN_OR_RETURN(int version, ReadUserVersion(*db));
+  if (version > LatestSchemaVersion()) {
+    return Status::Unsupported("registry '" + path + "' has schema version " + std::to_string(version) +
+                               ", newer than this build knows (" + std::to_string(LatestSchemaVersion()) +
+                               "); upgrade coverage");
+  }
+  if (version < LatestSchemaVersion()) {
+    if (options.read_only) {
+      if (version == 0) return Status::NotFound("'" + path + "' is not a coverage registry (empty or new file)");
+      return Status::InvalidArgument("registry '" + path + "' needs migrating; open it read-write once");
+    }
+    COV_RETURN_IF_ERROR(Migrate(*db, version));
+    version = LatestSchemaVersion();
+  }
+  return std::unique_ptr<Registry>(new Registry(std::move(db), version));
+}
+
+Status Registry::Begin() { return db_->Exec("BEGIN IMMEDIATE"); }
+Status Registry::Commit() { return db_->Exec("COMMIT"); }
+Status Registry::Rollback() { return db_->Exec("ROLLBACK"); }
+
+Status Registry::UpsertModel(const ModelRecord& model) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "INSERT INTO models(id, model_type, source, config_json) VALUES (?1, ?2, ?3, ?4) "
+      "ON CONFLICT(id) DO UPDATE SET model_type = excluded.model_type, source = excluded.source, "
+      "config_json = COALESCE(NULLIF(excluded.config_json, ''), models.config_json)"));
+  stmt.Bind(1, model.id).Bind(2, model.model_type).Bind(3, model.source).Bind(4, model.config_json);
+  return stmt.Run();
+}
+
+Result<int64_t> Registry::UpsertCase(const OpCase& op_case, const CaseCost& cost) {
+  const std::string key = op_case.Key();
+  // DO UPDATE (not DO NOTHING) so RETURNING yields the id of an existing row.
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "INSERT INTO op_cases(key, op, overload, case_json, case_version, dtypes, summary, flops, bytes) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "
+      "ON CONFLICT(key) DO UPDATE SET flops = excluded.flops, bytes = excluded.bytes "
+      "RETURNING case_id"));
+  stmt.Bind(1, key).Bind(2, op_case.op).Bind(3, op_case.overload).Bind(4, op_case.ToCanonicalJson());
+  stmt.Bind(5, kOpCaseVersion).Bind(6, DTypesColumn(op_case)).Bind(7, op_case.Summary());
+  stmt.Bind(8, cost.flops).Bind(9, cost.bytes);
+  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return Status::Internal("UPSERT of case " + key + " returned no id");
+  return stmt.Int(0);
+}
+
+Status Registry::AddCaseSource(int64_t case_id, const CaseSource& source) {
+  // Provenance may name a model the registry has not crawled yet.
+  COV_ASSIGN_OR_RETURN(auto model, db_->Prepare("INSERT INTO models(id) VALUES (?1) ON CONFLICT(id) DO NOTHING"));
+  model.Bind(1, source.model_id);
+  COV_RETURN_IF_ERROR(model.Run());
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "INSERT INTO case_sources(case_id, model_id, module_path, call_site, profile, depth, call_count) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+      "ON CONFLICT(case_id, model_id, module_path, profile, depth, call_site) "
+      "DO UPDATE SET call_count = case_sources.call_count + excluded.call_count"));
+  stmt.Bind(1, case_id).Bind(2, source.model_id).Bind(3, source.module_path).Bind(4, source.call_site);
+  stmt.Bind(5, source.profile).Bind(6, source.depth).Bind(7, source.call_count);
+  return stmt.Run();
+}
+
+Result<std::vector<StoredCase>> Registry::FindCases(const CaseFilter& filter) {
+  std::string sql =
+      "SELECT c.case_id, c.key, c.case_json, c.flops, c.bytes, "
+      "  (SELECT COUNT(*) FROM case_sources s WHERE s.case_id = c.case_id), "
+      "  (SELECT COALESCE(SUM(call_count), 0) FROM case_sources s WHERE s.case_id = c.case_id), "
+      "  (SELECT COALESCE(group_concat(DISTINCT s.model_id), '') FROM case_sources s WHERE s.case_id = c.case_id) "
+      "FROM op_cases c WHERE 1";
+  std::vector<std::string> text_params;
+  std::vector<std::pair<int, double>> real_params;  // (position, value)
+  int next = 1;
+  auto add_text = [&](std::string v) {
+    text_params.push_back(std::move(v));
+    return "?" + std::to_string(next++);
+  };
+  auto add_real = [&](double v) {
+    real_params.emplace_back(next, v);
+    text_params.emplace_back();  // keep positions aligned
+    return "?" + std::to_string(next++);
+  };
+
+  if (!filter.ops.empty()) {
+    sql += " AND (";
+    for (size_t i = 0; i < filter.ops.size(); ++i) {
+      std::string p = add_text(NormaliseOpName(filter.ops[i]));
+      if (i) sql += " OR ";
+      sql += "c.op = " + p + " OR (c.op || '.' || c.overload) = " + p;
+    }
+    sql += ")";
+  }
+  if (!filter.dtype.empty()) {
+    sql += " AND instr(c.dtypes, " + add_text(" " + filter.dtype + " ") + ") > 0";
+  }
+  if (!filter.model.empty() || !filter.profile.empty()) {
+    sql += " AND EXISTS (SELECT 1 FROM case_sources s WHERE s.case_id = c.case_id";
+    if (!filter.model.empty()) sql += " AND s.model_id GLOB " + add_text(filter.model);
+    if (!filter.profile.empty()) sql += " AND s.profile = " + add_text(filter.profile);
+    sql += ")";
+  }
+  if (filter.min_flops) sql += " AND c.flops >= " + add_real(*filter.min_flops);
+  if (filter.max_flops) sql += " AND c.flops <= " + add_real(*filter.max_flops);
+  for (const DimPredicate& d : filter.dims) {
+    sql += " AND EXISTS (SELECT 1 FROM json_each(c.case_json, '$.args') a WHERE "
+           "json_extract(a.value, '$.type') = 'tensor'";
+    if (d.arg != "*") sql += " AND json_extract(a.value, '$.name') = " + add_text(d.arg);
+    std::string lhs;
+    if (d.index) {
+      std::string path = *d.index >= 0 ? "$.tensor.shape[" + std::to_string(*d.index) + "]"
+                                       : "$.tensor.shape[#" + std::to_string(*d.index) + "]";
+      lhs = "json_extract(a.value, " + add_text(path) + ")";
+    } else {
+      lhs = "json_array_length(a.value, '$.tensor.shape')";
+    }
+    sql += " AND " + lhs + " " + d.op + " " + add_real(static_cast<double>(d.value)) + ")";
+  }
+  sql += " ORDER BY c.op, c.overload, c.flops DESC, c.key";
+  if (filter.limit > 0) sql += " LIMIT " + std::to_string(filter.limit);
+
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(sql));
+  size_t real_i = 0;
+  for (int pos = 1; pos < next; ++pos) {
+    if (real_i < real_params.size() && real_params[real_i].first == pos) {
+      stmt.Bind(pos, real_params[real_i++].second);
+    } else {
+      stmt.Bind(pos, text_params[pos - 1]);
+    }
+  }
+  std::vector<StoredCase> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    StoredCase c;
+    c.case_id = stmt.Int(0);
+    c.key = stmt.Text(1);
+    auto parsed = OpCase::FromJson(stmt.Text(2));
+    if (!parsed) return parsed.error().WithContext("case " + c.key + " in " + db_->path());
+    c.op_case = std::move(*parsed);
+    c.cost.flops = stmt.Double(3);
+    c.cost.bytes = stmt.Double(4);
+    c.num_sources = stmt.Int(5);
+    c.total_calls = stmt.Int(6);
+    c.models = stmt.Text(7);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Result<std::optional<StoredCase>> Registry::GetCaseByKey(const std::string& key) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT case_id, key, case_json, flops, bytes FROM op_cases WHERE key = ?1"));
+  stmt.Bind(1, key);
+  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return std::optional<StoredCase>();
+  StoredCase c;
+  c.case_id = stmt.Int(0);
+  c.key = stmt.Text(1);
+  COV_ASSIGN_OR_RETURN(c.op_case, OpCase::FromJson(stmt.Text(2)));
+  c.cost = {stmt.Double(3), stmt.Double(4)};
+  return std::optional<StoredCase>(std::move(c));
+}
+
+Result<int64_t> Registry::CountCases() {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT COUNT(*) FROM op_cases"));
+  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  (void)row;
+  return stmt.Int(0);
+}
+
+Result<bool> Registry::HasCapture(const std::string& model_id, const std::string& profile, int builder_version) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT 1 FROM captures WHERE model_id = ?1 AND profile = ?2 AND builder_version = ?3"));
+  stmt.Bind(1, model_id).Bind(2, profile).Bind(3, builder_version);
+  return stmt.Step();
+}
+
+Status Registry::RecordCapture(const std::string& model_id, const std::string& profile, int builder_version,
+                               int64_t calls, int64_t cases) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "INSERT INTO captures(model_id, profile, builder_version, calls, cases) VALUES (?1, ?2, ?3, ?4, ?5) "
+      "ON CONFLICT(model_id, profile) DO UPDATE SET builder_version = excluded.builder_version, "
+      "calls = excluded.calls, cases = excluded.cases, captured_at = strftime('%Y-%m-%dT%H:%M:%SZ','now')"));
+  stmt.Bind(1, model_id).Bind(2, profile).Bind(3, builder_version).Bind(4, calls).Bind(5, cases);
+  return stmt.Run();
+}
+
+namespace {
+RunRecord ReadRun(const Statement& stmt) {
+  RunRecord r;
+  r.run_id = stmt.Text(0);
+  r.stage = stmt.Text(1);
+  r.backend = stmt.Text(2);
+  r.started_at = stmt.Text(3);
+  r.finished_at = stmt.Text(4);
+  r.libtorch_version = stmt.Text(5);
+  r.host = stmt.Text(6);
+  r.git_revision = stmt.Text(7);
+  r.config_json = stmt.Text(8);
+  return r;
+}
+}  // namespace
+
+Result<std::optional<RunRecord>> Registry::GetRun(const std::string& run_id) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT run_id, stage, backend, started_at, finished_at, libtorch_version, host, git_revision, config_json "
+      "FROM runs WHERE run_id = ?1"));
+  stmt.Bind(1, run_id);
+  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return std::optional<RunRecord>();
+  return std::optional<RunRecord>(ReadRun(stmt));
+}
+
+Result<RunRecord> Registry::CreateOrResumeRun(const RunRecord& run, bool* resumed) {
+  COV_ASSIGN_OR_RETURN(auto existing, GetRun(run.run_id));
+  if (existing) {
+    if (existing->stage != run.stage || existing->backend != run.backend) {
+      return Status::InvalidArgument("run '" + run.run_id + "' exists with stage '" + existing->stage +
+                                     "' and backend '" + existing->backend + "'; cannot resume it as stage '" +
+                                     run.stage + "' on backend '" + run.backend + "' (choose another --run id)");
+    }
+    if (resumed) *resumed = true;
+    return *existing;
+  }
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "INSERT INTO runs(run_id, stage, backend, started_at, libtorch_version, host, git_revision, config_json) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
+  stmt.Bind(1, run.run_id).Bind(2, run.stage).Bind(3, run.backend).Bind(4, run.started_at);
+  stmt.Bind(5, run.libtorch_version).Bind(6, run.host).Bind(7, run.git_revision).Bind(8, run.config_json);
+  COV_RETURN_IF_ERROR(stmt.Run());
+  if (resumed) *resumed = false;
+  return run;
+}
+
+Status Registry::FinishRun(const std::string& run_id, const std::string& finished_at) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("UPDATE runs SET finished_at = ?2 WHERE run_id = ?1"));
+  stmt.Bind(1, run_id).Bind(2, finished_at);
+  return stmt.Run();
+}
+
+Result<std::unordered_set<int64_t>> Registry::FinishedCaseIds(const std::string& run_id) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT case_id FROM results WHERE run_id = ?1"));
+  stmt.Bind(1, run_id);
+  std::unordered_set<int64_t> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out.insert(stmt.Int(0));
+  }
+  return out;
+}
+
+Status Registry::RecordResult(const ResultRecord& r) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "INSERT INTO results(run_id, case_id, outcome, error, max_abs_err, max_rel_err, mismatch_frac, cosine, "
+      "error_ratio, first_call_us, warm_us, detail_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
+      "ON CONFLICT(run_id, case_id) DO UPDATE SET outcome = excluded.outcome, error = excluded.error, "
+      "max_abs_err = excluded.max_abs_err, max_rel_err = excluded.max_rel_err, "
+      "mismatch_frac = excluded.mismatch_frac, cosine = excluded.cosine, error_ratio = excluded.error_ratio, "
+      "first_call_us = excluded.first_call_us, warm_us = excluded.warm_us, detail_json = excluded.detail_json, "
+      "recorded_at = strftime('%Y-%m-%dT%H:%M:%SZ','now')"));
+  stmt.Bind(1, r.run_id).Bind(2, r.case_id).Bind(3, OutcomeName(r.outcome)).Bind(4, r.error);
+  stmt.Bind(5, r.max_abs_err).Bind(6, r.max_rel_err).Bind(7, r.mismatch_frac).Bind(8, r.cosine);
+  stmt.Bind(9, r.error_ratio).Bind(10, r.first_call_us).Bind(11, r.warm_us).Bind(12, r.detail_json);
+  return stmt.Run().WithContext("recording result of case " + std::to_string(r.case_id) + " in run " + r.run_id);
+}
+
+Result<std::vector<ResultRecord>> Registry::ResultsForRun(const std::string& run_id) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT case_id, outcome, error, max_abs_err, max_rel_err, mismatch_frac, cosine, error_ratio, "
+      "first_call_us, warm_us, detail_json FROM results WHERE run_id = ?1 ORDER BY case_id"));
+  stmt.Bind(1, run_id);
+  std::vector<ResultRecord> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    ResultRecord r;
+    r.run_id = run_id;
+    r.case_id = stmt.Int(0);
+    auto outcome = OutcomeFromName(stmt.Text(1));
+    if (!outcome) return Status::Corruption("run " + run_id + ": unknown outcome '" + stmt.Text(1) + "'");
+    r.outcome = *outcome;
+    r.error = stmt.Text(2);
+    r.max_abs_err = stmt.OptionalDouble(3);
+    r.max_rel_err = stmt.OptionalDouble(4);
+    r.mismatch_frac = stmt.OptionalDouble(5);
+    r.cosine = stmt.OptionalDouble(6);
+    r.error_ratio = stmt.OptionalDouble(7);
+    r.first_call_us = stmt.OptionalDouble(8);
+    r.warm_us = stmt.OptionalDouble(9);
+    r.detail_json = stmt.Text(10);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<QueryRows> Registry::Query(const std::string& sql, const std::vector<std::string>& text_params) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(sql));
+  for (size_t i = 0; i < text_params.size(); ++i) stmt.Bind(static_cast<int>(i + 1), text_params[i]);
+  QueryRows out;
+  for (int c = 0; c < stmt.ColumnCount(); ++c) out.columns.push_back(stmt.ColumnName(c));
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    std::vector<std::string> r;
+    for (int c = 0; c < stmt.ColumnCount(); ++c) r.push_back(stmt.Text(c));
+    out.rows.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace coverage::registry

@@ -1,0 +1,156 @@
+// Registry: the SQLite database every step of coverage reads and writes.
+//
+// Owns the schema (numbered migrations, see schema.cc and README.md) and the
+// typed reads and writes of op cases, their provenance, models, runs and
+// results. It knows no torch and no HTTP.
+//
+// Writes are UPSERTs: recording the same case twice keeps one row; recording
+// a result for a (run, case) pair that already has one replaces it. Failures
+// are Statuses that name the database file.
+//
+// Thread safety: one Registry per thread. Several processes may open the same
+// file (WAL mode); writers serialise on SQLite's lock with a busy timeout.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "core/op_case.h"
+#include "core/outcome.h"
+#include "core/result.h"
+#include "registry/case_query.h"
+
+namespace coverage::registry {
+
+class Database;
+
+struct RegistryOptions {
+  bool read_only = false;      // open without migrating or writing
+  int busy_timeout_ms = 5000;  // how long a writer waits for another one
+};
+
+// Estimated cost of running a case once (see runners/cost.cc for formulas).
+struct CaseCost {
+  double flops = 0;  // floating-point operations
+  double bytes = 0;  // bytes read and written by the op's inputs and outputs
+};
+
+// Where a case came from: one (model, module, profile) that made the call.
+struct CaseSource {
+  std::string model_id;     // e.g. "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+  std::string module_path;  // e.g. "layers.0.self_attn"
+  std::string call_site;    // the parent op for nested calls, else empty
+  std::string profile;      // input profile, e.g. "prefill"
+  int depth = 0;            // 0 = top-level call while the module ran
+  int64_t call_count = 1;   // identical calls merged into this source
+};
+
+struct ModelRecord {
+  std::string id;
+  std::string model_type;
+  std::string source;       // where the config came from
+  std::string config_json;  // may be empty
+};
+
+struct StoredCase {
+  int64_t case_id = 0;
+  std::string key;
+  OpCase op_case;
+  CaseCost cost;
+  int64_t num_sources = 0;   // filled by FindCases
+  int64_t total_calls = 0;   // filled by FindCases
+  std::string models;        // comma-separated source models, filled by FindCases
+};
+
+struct RunRecord {
+  std::string run_id;
+  std::string stage;    // "unit", later "module", "model", "train"
+  std::string backend;  // e.g. "cpu"
+  std::string started_at;   // ISO-8601 UTC
+  std::string finished_at;  // empty while running
+  std::string libtorch_version;
+  std::string host;
+  std::string git_revision;
+  std::string config_json;  // the effective options of the run
+};
+
+struct ResultRecord {
+  std::string run_id;
+  int64_t case_id = 0;
+  Outcome outcome = Outcome::kPass;
+  std::string error;  // error text or skip reason; empty on pass
+  std::optional<double> max_abs_err;
+  std::optional<double> max_rel_err;
+  std::optional<double> mismatch_frac;
+  std::optional<double> cosine;
+  std::optional<double> error_ratio;
+  std::optional<double> first_call_us;
+  std::optional<double> warm_us;
+  std::string detail_json;  // per-output metrics and timing breakdown
+};
+
+// Rows of a read-only query, as text (NULL becomes "").
+struct QueryRows {
+  std::vector<std::string> columns;
+  std::vector<std::vector<std::string>> rows;
+};
+
+class Registry {
+ public:
+  // Opens or creates the registry at `path` and applies pending migrations
+  // (unless read_only). Refuses a database whose schema is newer than this
+  // build knows.
+  static Result<std::unique_ptr<Registry>> Open(const std::string& path, const RegistryOptions& options = {});
+  ~Registry();
+
+  int schema_version() const { return schema_version_; }
+  Database& db() { return *db_; }
+
+  // Groups writes into one transaction (much faster for bulk inserts).
+  Status Begin();
+  Status Commit();
+  Status Rollback();
+
+  Status UpsertModel(const ModelRecord& model);
+  // Inserts the case if its key is new; returns its case_id either way.
+  Result<int64_t> UpsertCase(const OpCase& op_case, const CaseCost& cost);
+  // Adds a provenance row or, for the same (case, model, module, profile,
+  // depth), adds `call_count` to the existing one.
+  Status AddCaseSource(int64_t case_id, const CaseSource& source);
+
+  Result<std::vector<StoredCase>> FindCases(const CaseFilter& filter);
+  Result<std::optional<StoredCase>> GetCaseByKey(const std::string& key);
+  Result<int64_t> CountCases();
+
+  // Capture bookkeeping: true when (model, profile) was captured by
+  // `builder_version`.
+  Result<bool> HasCapture(const std::string& model_id, const std::string& profile, int builder_version);
+  Status RecordCapture(const std::string& model_id, const std::string& profile, int builder_version, int64_t calls,
+                       int64_t cases);
+
+  // Creates the run, or returns the stored one when `run.run_id` exists
+  // (resume). Resuming with a different stage or backend is an error.
+  Result<RunRecord> CreateOrResumeRun(const RunRecord& run, bool* resumed);
+  Result<std::optional<RunRecord>> GetRun(const std::string& run_id);
+  Status FinishRun(const std::string& run_id, const std::string& finished_at);
+
+  // Case ids that already have a result in this run.
+  Result<std::unordered_set<int64_t>> FinishedCaseIds(const std::string& run_id);
+  Status RecordResult(const ResultRecord& result);
+  Result<std::vector<ResultRecord>> ResultsForRun(const std::string& run_id);
+
+  // Runs a query over the documented tables and views (stats, summaries).
+  // `text_params` bind ?1, ?2, ... as text.
+  Result<QueryRows> Query(const std::string& sql, const std::vector<std::string>& text_params = {});
+
+ private:
+  Registry(std::unique_ptr<Database> db, int version);
+  std::unique_ptr<Database> db_;
+  int schema_version_;
+};
+
+}  // namespace coverage::registry

@@ -1,0 +1,132 @@
+#include "registry/schema.h"
+
+namespace coverage::registry {
+namespace {
+
+// Version 1: op cases with provenance, minimal models, runs and results, and
+// the views documented in registry/README.md.
+constexpr std::string_view kV1 = R"sql(
+CREATE TABLE models (
+  id           TEXT PRIMARY KEY,
+  model_type   TEXT,
+  source       TEXT,
+  config_json  TEXT,
+  added_at     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+
+CREATE TABLE op_cases (
+  case_id      INTEGER PRIMARY KEY,
+  key          TEXT NOT NULL UNIQUE,
+  op           TEXT NOT NULL,
+  overload     TEXT NOT NULL,
+  case_json    TEXT NOT NULL,
+  case_version INTEGER NOT NULL,
+  dtypes       TEXT NOT NULL,          -- ' f32 i64 ': tensor dtypes, space-delimited
+  summary      TEXT NOT NULL,          -- one readable line
+  flops        REAL NOT NULL DEFAULT 0,
+  bytes        REAL NOT NULL DEFAULT 0,
+  added_at     TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+CREATE INDEX op_cases_op ON op_cases(op, overload);
+CREATE INDEX op_cases_flops ON op_cases(flops);
+
+CREATE TABLE case_sources (
+  case_id      INTEGER NOT NULL REFERENCES op_cases(case_id) ON DELETE CASCADE,
+  model_id     TEXT NOT NULL REFERENCES models(id),
+  module_path  TEXT NOT NULL,
+  call_site    TEXT NOT NULL,
+  profile      TEXT NOT NULL,
+  depth        INTEGER NOT NULL,
+  call_count   INTEGER NOT NULL,
+  PRIMARY KEY (case_id, model_id, module_path, profile, depth, call_site)
+);
+CREATE INDEX case_sources_model ON case_sources(model_id);
+
+-- Which (model, input profile) pairs have been captured, and by which
+-- builder version: capture skips pairs already done with the same version.
+CREATE TABLE captures (
+  model_id         TEXT NOT NULL REFERENCES models(id),
+  profile          TEXT NOT NULL,
+  builder_version  INTEGER NOT NULL,
+  calls            INTEGER NOT NULL,
+  cases            INTEGER NOT NULL,
+  captured_at      TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  PRIMARY KEY (model_id, profile)
+);
+
+CREATE TABLE runs (
+  run_id           TEXT PRIMARY KEY,
+  stage            TEXT NOT NULL,
+  backend          TEXT NOT NULL,
+  started_at       TEXT NOT NULL,
+  finished_at      TEXT,
+  libtorch_version TEXT,
+  host             TEXT,
+  git_revision     TEXT,
+  config_json      TEXT
+);
+
+CREATE TABLE results (
+  run_id         TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  case_id        INTEGER NOT NULL REFERENCES op_cases(case_id),
+  outcome        TEXT NOT NULL,
+  error          TEXT,
+  max_abs_err    REAL,
+  max_rel_err    REAL,
+  mismatch_frac  REAL,
+  cosine         REAL,
+  error_ratio    REAL,
+  first_call_us  REAL,
+  warm_us        REAL,
+  detail_json    TEXT,
+  recorded_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  PRIMARY KEY (run_id, case_id)
+);
+CREATE INDEX results_outcome ON results(run_id, outcome);
+
+-- How many distinct cases each op has, and from how many models.
+CREATE VIEW v_cases_per_op AS
+  SELECT c.op, c.overload, COUNT(DISTINCT c.case_id) AS cases,
+         COUNT(DISTINCT s.model_id) AS models, COALESCE(SUM(s.call_count), 0) AS calls
+  FROM op_cases c LEFT JOIN case_sources s ON s.case_id = c.case_id
+  GROUP BY c.op, c.overload;
+
+-- Outcome counts per run.
+CREATE VIEW v_run_summary AS
+  SELECT r.run_id, r.outcome, COUNT(*) AS cases
+  FROM results r GROUP BY r.run_id, r.outcome;
+
+-- Failing cases per op in each run (anything but pass, skipped, expected_failure).
+CREATE VIEW v_failures_per_op AS
+  SELECT r.run_id, c.op, c.overload, r.outcome, COUNT(*) AS cases
+  FROM results r JOIN op_cases c ON c.case_id = r.case_id
+  WHERE r.outcome NOT IN ('pass', 'skipped', 'expected_failure')
+  GROUP BY r.run_id, c.op, c.overload, r.outcome;
+
+-- Every result with its case, for ad-hoc queries.
+CREATE VIEW v_results AS
+  SELECT r.run_id, c.key, c.op, c.overload, c.summary, c.flops, r.outcome, r.error,
+         r.max_abs_err, r.max_rel_err, r.mismatch_frac, r.cosine, r.error_ratio,
+         r.first_call_us, r.warm_us
+  FROM results r JOIN op_cases c ON c.case_id = r.case_id;
+
+-- Failing cases per source model in each run: which models a broken op hurts.
+CREATE VIEW v_failures_per_model AS
+  SELECT r.run_id, s.model_id, COUNT(DISTINCT r.case_id) AS failing_cases
+  FROM results r JOIN case_sources s ON s.case_id = r.case_id
+  WHERE r.outcome NOT IN ('pass', 'skipped', 'expected_failure')
+  GROUP BY r.run_id, s.model_id;
+)sql";
+
+}  // namespace
+
+const std::vector<Migration>& Migrations() {
+  static const std::vector<Migration> kMigrations = {
+      {1, "op cases, provenance, models, runs, results, views", kV1},
+  };
+  return kMigrations;
+}
+
+int LatestSchemaVersion() { return Migrations().back().version; }
+
+}  // namespace coverage::registry

@@ -1,0 +1,47 @@
+// ComparisonOptions: how a backend's outputs are judged against the CPU
+// reference and the fp64 golden. Torch-free, so the app can fill it from
+// configs/tolerances.json. See Note [Tolerances] in compare.cc.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "core/op_case.h"
+#include "core/result.h"
+
+namespace coverage::runners {
+
+struct Tolerance {
+  double rtol = 0;
+  double atol = 0;
+};
+
+struct OpToleranceOverride {
+  std::map<DType, Tolerance> tolerances;  // replaces the default for these dtypes
+  std::map<DType, double> multipliers;    // replaces the default for these dtypes
+};
+
+struct ComparisonOptions {
+  // Defaults are torch.testing.assert_close's: fp32 1.3e-6/1e-5, bf16
+  // 1.6e-2/1e-5, fp16 1e-3/1e-5, fp64 1e-7/1e-7; integers and bool exact.
+  std::map<DType, Tolerance> tolerances = {
+      {DType::kFloat32, {1.3e-6, 1e-5}}, {DType::kBFloat16, {1.6e-2, 1e-5}},
+      {DType::kFloat16, {1e-3, 1e-5}},   {DType::kFloat64, {1e-7, 1e-7}},
+      {DType::kComplex64, {1.3e-6, 1e-5}}, {DType::kComplex128, {1e-7, 1e-7}},
+  };
+  double default_multiplier = 2.0;  // backend error may be this many times the CPU's own
+  std::map<DType, double> multipliers = {{DType::kBFloat16, 3.0}, {DType::kFloat16, 3.0}};
+  std::map<std::string, OpToleranceOverride> per_op;  // key: "aten::op" or "aten::op.overload"
+
+  // Tolerance for an output of `dtype` produced by `qualified_op`; exact
+  // (0, 0) for dtypes without an entry (integers, bool).
+  Tolerance For(std::string_view op, std::string_view overload, DType dtype) const;
+  double MultiplierFor(std::string_view op, std::string_view overload, DType dtype) const;
+
+  // Parses the JSON of configs/tolerances.json (see configs/README.md),
+  // starting from the defaults above. Errors name the offending key.
+  static Result<ComparisonOptions> FromJson(std::string_view json, std::string_view source_name);
+};
+
+}  // namespace coverage::runners

@@ -1,0 +1,52 @@
+// Replay: runs a captured OpCase on a backend and on the CPU reference and
+// judges the result. Torch-free interface; the implementation dispatches
+// through c10::Dispatcher (findSchemaOrThrow(...).callBoxed), so any ATen op
+// a model calls can be tested without a hand-written test.
+//
+// A backend failure is data: every exception from the backend becomes an
+// Outcome in the CaseResult (kError, or kUnsupported when the backend says it
+// has no kernel). A case the CPU reference itself cannot run is kSkipped with
+// the reason. Nothing here throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/case_result.h"
+#include "core/op_case.h"
+#include "runners/compare_options.h"
+
+namespace coverage::runners {
+
+class Backend;
+
+struct ReplayOptions {
+  ComparisonOptions comparison;
+  int warm_iterations = 3;  // backend calls after the first; warm latency is their median
+  bool golden = true;       // also run an fp64 golden on CPU when the op supports double
+  uint64_t seed = 0;        // mixed with the case key to derive inputs
+};
+
+// Runs cases one at a time. Implementations may run cases in-process (this
+// one) or in a worker process; the CaseResult is the same either way.
+class CaseExecutor {
+ public:
+  virtual ~CaseExecutor() = default;
+  virtual CaseResult Run(const OpCase& op_case) = 0;
+};
+
+class ReplayExecutor final : public CaseExecutor {
+ public:
+  ReplayExecutor(std::shared_ptr<Backend> backend, ReplayOptions options);
+  ~ReplayExecutor() override;
+  CaseResult Run(const OpCase& op_case) override;
+
+ private:
+  std::shared_ptr<Backend> backend_;
+  ReplayOptions options_;
+};
+
+// True when ATen has a schema for the case's op and overload in this build.
+bool HasSchema(const OpCase& op_case);
+
+}  // namespace coverage::runners

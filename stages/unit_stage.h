@@ -1,0 +1,76 @@
+// The unit stage: every planned op case runs on the backend under test and on
+// the CPU reference; each result is written to the registry as soon as it is
+// known, so an interrupted run loses at most the case in flight.
+//
+// Resuming: running again with the same run id skips the cases that already
+// have a result in that run (no rerun, no duplicate rows).
+//
+// The loop talks to a runners::CaseExecutor and stores CaseResults, which
+// have a JSON form: moving execution into worker processes later changes the
+// executor, not the stage or the result format.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/outcome.h"
+#include "core/result.h"
+#include "registry/case_query.h"
+
+namespace coverage::registry {
+class Registry;
+}
+namespace coverage::runners {
+class CaseExecutor;
+}
+
+namespace coverage::stages {
+
+struct UnitStageOptions {
+  std::string run_id;                   // empty: a new id from the time
+  std::string backend = "cpu";          // stored with the run
+  std::string backend_version;          // stored with the run
+  std::string libtorch_version;
+  std::string host;
+  std::string git_revision;
+  std::string config_json;              // effective options, stored with the run
+  registry::CaseFilter filter;          // which cases to plan
+  std::optional<double> max_case_flops; // costlier cases are recorded as skipped
+  bool progress = true;
+  const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT) to stop after the current case
+};
+
+struct OpOutcomeCounts {
+  std::map<Outcome, int64_t> counts;
+  int64_t Total() const;
+};
+
+struct UnitStageSummary {
+  std::string run_id;
+  bool resumed = false;
+  bool interrupted = false;
+  int64_t planned = 0;        // cases matching the filter
+  int64_t already_done = 0;   // had results before this invocation (resume)
+  int64_t executed = 0;       // run now
+  int64_t skipped_by_cost = 0;
+  double seconds = 0;
+  double compute_seconds = 0;  // time inside dispatcher calls (see CaseTiming)
+  std::map<std::string, OpOutcomeCounts> per_op;  // whole run, including earlier invocations
+  OpOutcomeCounts totals;
+  bool Failed() const;        // any unexpected failure in the run
+};
+
+// Plans cases from `registry`, runs the ones without a result in the run, and
+// summarises the whole run. Statuses are harness failures (database, bad
+// filter, run id reused for another stage); backend failures are outcomes.
+Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::CaseExecutor& executor,
+                                      const UnitStageOptions& options);
+
+// "20261130T014233Z-cpu-unit" style ids.
+std::string NewRunId(const std::string& backend, const std::string& stage);
+std::string NowIso8601();
+
+}  // namespace coverage::stages

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# End-to-end checks of the `coverage` CLI: outputs, exit codes, clear errors
+# for bad input, and that a failed command loses nothing already stored.
+set -u
+BIN=${COVERAGE_BIN:?set COVERAGE_BIN}
+export COVERAGE_HOME=${COVERAGE_HOME:?set COVERAGE_HOME}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+DB="$TMP/r.db"
+pass=0
+fail=0
+
+check() {  # check NAME CONDITION...
+  local name=$1
+  shift
+  if "$@"; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL: $name" >&2
+  fi
+}
+run() {  # run EXPECTED_RC CMD... ; output in $OUT
+  local expected=$1
+  shift
+  OUT=$("$@" 2>&1)
+  local rc=$?
+  if [[ $rc -ne $expected ]]; then
+    echo "  '$*' exited $rc, expected $expected; output:" >&2
+    echo "$OUT" | tail -5 >&2
+    return 1
+  fi
+}
+has() { grep -qF -- "$1" <<<"$OUT"; }
+cases() { sqlite3 "$DB" "SELECT COUNT(*) FROM op_cases"; }
+
+check "capture of one model" run 0 "$BIN" -q --registry "$DB" capture --model microsoft/resnet-50
+check "capture reports the registry" has "registry: $DB"
+n=$(cases)
+check "capture stored cases" test "$n" -gt 5
+check "recapture skips what is done" run 0 "$BIN" -q --registry "$DB" capture --model microsoft/resnet-50
+check "recapture says so" has "1 already captured"
+check "recapture adds nothing" test "$(cases)" -eq "$n"
+
+check "stats table" run 0 "$BIN" --registry "$DB" registry stats
+check "stats names ops" has "aten::conv2d"
+check "stats json parses" run 0 "$BIN" --registry "$DB" registry stats --format json
+check "stats json is json" python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['cases'] == $n" "$OUT"
+check "query by op and dims" run 0 "$BIN" --registry "$DB" registry query --op conv2d --dim 'weight[-1]==7' --format csv
+check "query csv has header and one 7x7 conv" test "$(grep -c . <<<"$OUT")" -eq 2
+check "query csv header" has "key,op,case,flops,models,calls"
+check "export jsonl" run 0 "$BIN" --registry "$DB" registry export --op relu -o "$TMP/relu.jsonl"
+check "export rows round-trip" python3 -c "
+import json
+rows=[json.loads(l) for l in open('$TMP/relu.jsonl')]
+assert rows and all(r['case']['op']=='aten::relu' and r['models']==['microsoft/resnet-50'] for r in rows)"
+
+check "bad --dim is refused" run 2 "$BIN" --registry "$DB" registry query --dim 'self[0]>>3'
+check "bad --dim is named" has "--dim 'self[0]>>3'"
+check "bad --format is refused" run 2 "$BIN" --registry "$DB" registry query --format xml
+check "bad --dtype is refused" run 2 "$BIN" --registry "$DB" registry query --dtype f33
+check "missing registry is explained" run 2 "$BIN" --registry "$TMP/none.db" registry stats
+check "missing registry says how to make one" has "coverage capture"
+check "unknown backend is refused" run 2 "$BIN" --registry "$DB" run --stage=unit --backend neuron
+check "unknown backend lists known ones" has "known: cpu"
+check "unknown stage is refused" run 2 "$BIN" --registry "$DB" run --stage=model
+
+echo '{"dtypes": {"f32": {"rtol": "tight"}}}' >"$TMP/bad_tol.json"
+check "bad tolerance file is refused" run 2 "$BIN" --registry "$DB" run --stage=unit --tolerances "$TMP/bad_tol.json"
+check "bad tolerance file is named" has "bad_tol.json: dtypes.f32.rtol"
+printf '{"id": "x/y", "family": "decoder", "config": {}}\nnot json\n' >"$TMP/bad_models.jsonl"
+check "bad models file is refused" run 2 "$BIN" --registry "$DB" capture --models "$TMP/bad_models.jsonl"
+check "bad models file names the line" has "bad_models.jsonl:2"
+check "failed commands lost nothing" test "$(cases)" -eq "$n"
+
+check "unit run" run 0 "$BIN" -q --registry "$DB" run --stage=unit --run first --warm 1
+check "unit run summary" has "TOTAL"
+check "unit run says where results are" has "results: $DB, run first"
+check "one result per case" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id='first'")" -eq "$n"
+check "resume runs nothing twice" run 0 "$BIN" -q --registry "$DB" run --stage=unit --run first
+check "resume reports finished cases" has "$n already done (resumed), 0 run now"
+check "still one result per case" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id='first'")" -eq "$n"
+check "cost cap" run 0 "$BIN" -q --registry "$DB" run --stage=unit --run capped --max-case-flops 1e6 --warm 0
+check "cost cap reported" has "over the cost cap"
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]

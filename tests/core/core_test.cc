@@ -1,0 +1,182 @@
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "core/case_result.h"
+#include "core/op_case.h"
+#include "core/outcome.h"
+#include "core/result.h"
+#include "core/sha256.h"
+#include "tests/support/case_builder.h"
+
+namespace coverage {
+namespace {
+
+using testing::MakeCase;
+using testing::MmCase;
+using testing::TensorArg;
+
+Status FailsWith(StatusCode code) { return Status(code, "boom"); }
+
+Status Chain(bool fail) {
+  COV_RETURN_IF_ERROR(fail ? FailsWith(StatusCode::kIoError) : Status::Ok());
+  return Status::InvalidArgument("reached the end");
+}
+
+Result<int> Half(int v) {
+  if (v % 2) return Status::InvalidArgument("odd: " + std::to_string(v));
+  return v / 2;
+}
+
+Result<int> Quarter(int v) {
+  COV_ASSIGN_OR_RETURN(int h, Half(v));
+  return Half(h);
+}
+
+TEST(Status, ReturnIfErrorPropagatesTheFirstFailure) {
+  EXPECT_EQ(Chain(true).code(), StatusCode::kIoError);
+  EXPECT_EQ(Chain(false).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Status::NotFound("x").WithContext("loading y").ToString(), "NotFound: loading y: x");
+}
+
+TEST(Result, HoldsAValueOrAnError) {
+  EXPECT_EQ(*Quarter(8), 2);
+  auto odd = Quarter(6);
+  ASSERT_FALSE(odd.has_value());
+  EXPECT_EQ(odd.error().message(), "odd: 3");
+  EXPECT_EQ(odd.value_or(-1), -1);
+}
+
+TEST(Sha256, MatchesPublishedTestVectors) {
+  EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(Sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+TEST(Outcome, NamesRoundTripAndFailuresAreClassified) {
+  for (Outcome o : kAllOutcomes) EXPECT_EQ(OutcomeFromName(OutcomeName(o)), o);
+  EXPECT_FALSE(OutcomeFromName("nope").has_value());
+  EXPECT_FALSE(IsUnexpectedFailure(Outcome::kPass));
+  EXPECT_FALSE(IsUnexpectedFailure(Outcome::kSkipped));
+  EXPECT_FALSE(IsUnexpectedFailure(Outcome::kExpectedFailure));
+  EXPECT_TRUE(IsUnexpectedFailure(Outcome::kMismatch));
+  EXPECT_TRUE(IsUnexpectedFailure(Outcome::kUnexpectedPass));
+  EXPECT_TRUE(IsUnexpectedFailure(Outcome::kCrash));
+}
+
+OpCase RichCase() {
+  OpCase c = MakeCase("aten::index_put_", "", {});
+  TensorSpec strided = testing::Spec(DType::kBFloat16, {4, 8});
+  strided.strides = {1, 4};  // transposed
+  c.args.push_back(TensorArg("self", strided));
+  Argument list;
+  list.name = "indices";
+  list.kind = Argument::Kind::kTensorList;
+  list.tensors.push_back(testing::Spec(DType::kInt64, {3}, ValueDomain{ValueDomain::Kind::kInteger, 0, 4}));
+  list.tensors.push_back(std::nullopt);
+  c.args.push_back(list);
+  c.args.push_back(testing::DoubleArg("value", -std::numeric_limits<double>::infinity()));
+  c.args.push_back(testing::BoolArg("accumulate", true));
+  c.args.push_back(testing::IntListArg("size", {2, -1}));
+  c.args.push_back(testing::NoneArg("out"));
+  Argument s;
+  s.name = "reduce";
+  s.kind = Argument::Kind::kString;
+  s.s = "sum";
+  c.args.push_back(s);
+  Argument d;
+  d.name = "scales";
+  d.kind = Argument::Kind::kDoubleList;
+  d.doubles = {0.5, std::numeric_limits<double>::quiet_NaN()};
+  c.args.push_back(d);
+  return c;
+}
+
+TEST(OpCase, CanonicalJsonRoundTripsEveryArgumentKind) {
+  OpCase c = RichCase();
+  auto back = OpCase::FromJson(c.ToCanonicalJson());
+  ASSERT_TRUE(back.has_value()) << back.error().ToString();
+  EXPECT_EQ(back->ToCanonicalJson(), c.ToCanonicalJson());
+  EXPECT_EQ(back->Key(), c.Key());
+  EXPECT_TRUE(std::isinf(back->args[2].d));
+  EXPECT_EQ(back->args[1].tensors.size(), 2u);
+  EXPECT_FALSE(back->args[1].tensors[1].has_value());
+}
+
+TEST(OpCase, KeyIsStableAndSensitiveToEveryDimension) {
+  OpCase a = MmCase(512, 2048, 5632);
+  EXPECT_EQ(a.Key(), MmCase(512, 2048, 5632).Key());
+  EXPECT_EQ(a.Key().size(), 16u);
+  EXPECT_NE(a.Key(), MmCase(512, 2048, 5633).Key());
+  EXPECT_NE(a.Key(), MmCase(512, 2048, 5632, DType::kBFloat16).Key());
+  OpCase strided = a;
+  strided.args[1].tensor.strides = {1, 2048};
+  EXPECT_NE(a.Key(), strided.Key());
+}
+
+TEST(OpCase, ParsingIgnoresKeyOrderAndWhitespace) {
+  const std::string text = R"({ "args": [ {"type":"int","value":3,"name":"dim"} ],
+                                "overload": "int", "op": "aten::softmax", "v": 1 })";
+  auto c = OpCase::FromJson(text);
+  ASSERT_TRUE(c.has_value()) << c.error().ToString();
+  EXPECT_EQ(c->ToCanonicalJson(), R"({"args":[{"name":"dim","type":"int","value":3}],"op":"aten::softmax","overload":"int","v":1})");
+}
+
+TEST(OpCase, BadJsonNamesTheField) {
+  auto bad_dtype = OpCase::FromJson(
+      R"({"v":1,"op":"aten::mm","overload":"","args":[{"name":"self","type":"tensor","tensor":{"dtype":"f33","shape":[2],"strides":[1]}}]})");
+  ASSERT_FALSE(bad_dtype.has_value());
+  EXPECT_NE(bad_dtype.error().message().find("args[0] (self).tensor.dtype"), std::string::npos)
+      << bad_dtype.error().message();
+  EXPECT_NE(bad_dtype.error().message().find("f33"), std::string::npos);
+  auto bad_version = OpCase::FromJson(R"({"v":99,"op":"aten::mm","args":[]})");
+  ASSERT_FALSE(bad_version.has_value());
+  EXPECT_NE(bad_version.error().message().find("version 99"), std::string::npos);
+  EXPECT_FALSE(OpCase::FromJson("{not json").has_value());
+  auto mismatch = OpCase::FromJson(
+      R"({"v":1,"op":"aten::mm","overload":"","args":[{"name":"self","type":"tensor","tensor":{"dtype":"f32","shape":[2,3],"strides":[1]}}]})");
+  ASSERT_FALSE(mismatch.has_value());
+  EXPECT_NE(mismatch.error().message().find("strides"), std::string::npos);
+}
+
+TEST(OpCase, SummaryIsReadable) {
+  OpCase c = MmCase(8, 16, 32);
+  c.args[1].tensor.strides = {1, 16};
+  EXPECT_EQ(c.Summary(), "aten::mm(f32[8,16], f32[16,32]{s=1,16})");
+  EXPECT_EQ(testing::AddCase({4}).Summary(), "aten::add.Tensor(f32[4], f32[4], alpha=1)");
+}
+
+TEST(TensorSpec, StorageNumelCoversStridesAndOffset) {
+  TensorSpec t = testing::Spec(DType::kFloat32, {4, 8});
+  EXPECT_EQ(t.StorageNumel(), 32);
+  EXPECT_TRUE(t.IsContiguous());
+  t.strides = {0, 1};  // expanded along dim 0
+  EXPECT_EQ(t.StorageNumel(), 8);
+  EXPECT_FALSE(t.IsContiguous());
+  t.storage_offset = 5;
+  EXPECT_EQ(t.StorageNumel(), 13);
+}
+
+TEST(CaseResult, JsonRoundTripKeepsMetricsAndTiming) {
+  CaseResult r;
+  r.outcome = Outcome::kMismatch;
+  r.error = "3 of 4 elements";
+  r.max_abs_err = 0.5;
+  r.error_ratio = std::numeric_limits<double>::infinity();
+  r.warm_us = 12.5;
+  r.timing.backend_us = 40;
+  r.timing.total_us = 100;
+  auto back = CaseResult::FromJson(r.ToJson());
+  ASSERT_TRUE(back.has_value()) << back.error().ToString();
+  EXPECT_EQ(back->outcome, Outcome::kMismatch);
+  EXPECT_EQ(back->error, r.error);
+  EXPECT_DOUBLE_EQ(*back->max_abs_err, 0.5);
+  EXPECT_TRUE(std::isinf(*back->error_ratio));
+  EXPECT_FALSE(back->cosine.has_value());
+  EXPECT_DOUBLE_EQ(back->timing.total_us, 100);
+}
+
+}  // namespace
+}  // namespace coverage

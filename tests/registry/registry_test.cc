@@ -1,0 +1,220 @@
+#include <gtest/gtest.h>
+
+#include "registry/registry.h"
+#include "registry/schema.h"
+#include "registry/sqlite.h"
+#include "tests/support/case_builder.h"
+#include "tests/support/temp_dir.h"
+
+namespace coverage::registry {
+namespace {
+
+using testing::AddCase;
+using testing::MmCase;
+using testing::TempDir;
+
+std::unique_ptr<Registry> OpenFresh(const TempDir& dir) {
+  auto r = Registry::Open(dir.File("r.db"));
+  EXPECT_TRUE(r.has_value()) << r.error().ToString();
+  return std::move(*r);
+}
+
+int64_t CountRows(Registry& r, const std::string& table) {
+  auto q = r.Query("SELECT COUNT(*) FROM " + table);
+  EXPECT_TRUE(q.has_value());
+  return std::stoll(q->rows.at(0).at(0));
+}
+
+TEST(Registry, NewDatabaseIsMigratedToTheLatestVersionOnce) {
+  TempDir dir;
+  {
+    auto r = OpenFresh(dir);
+    EXPECT_EQ(r->schema_version(), LatestSchemaVersion());
+    ASSERT_TRUE(r->UpsertCase(MmCase(2, 3, 4), {48, 96}).has_value());
+  }
+  auto again = OpenFresh(dir);  // reopening migrates nothing and keeps data
+  EXPECT_EQ(*again->CountCases(), 1);
+  auto mode = again->Query("PRAGMA journal_mode");
+  EXPECT_EQ(mode->rows[0][0], "wal");
+  auto fk = again->Query("PRAGMA foreign_keys");
+  EXPECT_EQ(fk->rows[0][0], "1");
+}
+
+TEST(Registry, RefusesADatabaseFromANewerBuild) {
+  TempDir dir;
+  {
+    auto db = Database::Open(dir.File("r.db"));
+    ASSERT_TRUE(db.has_value());
+    ASSERT_TRUE((*db)->Exec("PRAGMA user_version = 99").ok());
+  }
+  auto r = Registry::Open(dir.File("r.db"));
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code(), StatusCode::kUnsupported);
+  EXPECT_NE(r.error().message().find("99"), std::string::npos);
+}
+
+TEST(Registry, ReadOnlyOpenOfAnEmptyFileSaysItIsNotARegistry) {
+  TempDir dir;
+  { auto db = Database::Open(dir.File("empty.db")); }
+  auto r = Registry::Open(dir.File("empty.db"), RegistryOptions{.read_only = true});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("not a coverage registry"), std::string::npos);
+}
+
+TEST(Registry, UpsertOfSameCaseKeepsOneRow) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  auto first = r->UpsertCase(MmCase(8, 8, 8), {1024, 768});
+  auto second = r->UpsertCase(MmCase(8, 8, 8), {1024, 768});
+  auto other = r->UpsertCase(MmCase(8, 8, 9), {1152, 800});
+  ASSERT_TRUE(first && second && other);
+  EXPECT_EQ(*first, *second);
+  EXPECT_NE(*first, *other);
+  EXPECT_EQ(*r->CountCases(), 2);
+}
+
+TEST(Registry, SourcesOfIdenticalCallsAddUpTheirCounts) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  int64_t id = *r->UpsertCase(AddCase({4, 4}), {16, 192});
+  CaseSource src{"org/model", "layers.0.mlp", "", "prefill", 0, 3};
+  ASSERT_TRUE(r->AddCaseSource(id, src).ok());
+  ASSERT_TRUE(r->AddCaseSource(id, src).ok());
+  src.profile = "decode";
+  ASSERT_TRUE(r->AddCaseSource(id, src).ok());
+  EXPECT_EQ(CountRows(*r, "case_sources"), 2);
+  auto cases = r->FindCases({});
+  ASSERT_TRUE(cases.has_value());
+  ASSERT_EQ(cases->size(), 1u);
+  EXPECT_EQ((*cases)[0].total_calls, 9);
+  EXPECT_EQ((*cases)[0].models, "org/model");
+}
+
+class RegistryQuery : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    r_ = OpenFresh(dir_);
+    Add(MmCase(512, 2048, 5632), "meta/llama", "prefill", 2.0 * 512 * 2048 * 5632);
+    Add(MmCase(8, 2048, 5632, DType::kBFloat16), "meta/llama", "decode", 2.0 * 8 * 2048 * 5632);
+    Add(MmCase(1, 4096, 4096), "qwen/qwen", "decode", 2.0 * 4096 * 4096);
+    Add(AddCase({1, 512, 4096}), "qwen/qwen", "prefill", 512 * 4096);
+  }
+  void Add(const OpCase& c, const std::string& model, const std::string& profile, double flops) {
+    int64_t id = *r_->UpsertCase(c, {flops, 0});
+    ASSERT_TRUE(r_->AddCaseSource(id, {model, "m", "", profile, 0, 1}).ok());
+  }
+  size_t Count(CaseFilter f) {
+    auto cases = r_->FindCases(f);
+    EXPECT_TRUE(cases.has_value()) << cases.error().ToString();
+    return cases ? cases->size() : 0;
+  }
+  TempDir dir_;
+  std::unique_ptr<Registry> r_;
+};
+
+TEST_F(RegistryQuery, FiltersByOpModelDtypeProfileAndFlops) {
+  EXPECT_EQ(Count({}), 4u);
+  EXPECT_EQ(Count({.ops = {"mm"}}), 3u);
+  EXPECT_EQ(Count({.ops = {"aten::add.Tensor"}}), 1u);
+  EXPECT_EQ(Count({.ops = {"mm", "add"}}), 4u);
+  EXPECT_EQ(Count({.model = "meta/*"}), 2u);
+  EXPECT_EQ(Count({.dtype = "bf16"}), 1u);
+  EXPECT_EQ(Count({.profile = "decode"}), 2u);
+  EXPECT_EQ(Count({.max_flops = 1e9}), 3u);  // all but the 11.8 GFLOP prefill mm
+  EXPECT_EQ(Count({.min_flops = 1e9}), 1u);
+  EXPECT_EQ(Count({.limit = 1}), 1u);
+}
+
+TEST_F(RegistryQuery, DimensionPredicatesSelectByShape) {
+  auto count_dims = [&](std::vector<std::string> texts) {
+    CaseFilter f;
+    for (const auto& t : texts) {
+      auto p = ParseDimPredicate(t);
+      EXPECT_TRUE(p.has_value()) << t;
+      f.dims.push_back(*p);
+    }
+    return Count(f);
+  };
+  EXPECT_EQ(count_dims({"self[-1]>=4096"}), 2u);    // mm 1x4096 and add [..,4096]
+  EXPECT_EQ(count_dims({"mat2[1]==5632"}), 2u);
+  EXPECT_EQ(count_dims({"*[0]==1"}), 2u);           // any tensor with leading 1
+  EXPECT_EQ(count_dims({"self.rank==3"}), 1u);
+  EXPECT_EQ(count_dims({"self[0]<100", "mat2[1]!=4096"}), 1u);
+}
+
+TEST(DimPredicate, BadPredicatesAreExplained) {
+  for (const char* bad : {"self[1]>>3", "self[x]==1", "[0]==1", "self==3", "self[0]==abc", "self[0"}) {
+    auto p = ParseDimPredicate(bad);
+    ASSERT_FALSE(p.has_value()) << bad;
+    EXPECT_EQ(p.error().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(p.error().message().find(bad), std::string::npos) << p.error().message();
+  }
+}
+
+TEST(Registry, RunsResumeWithTheSameStageOnly) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  RunRecord run{.run_id = "r1", .stage = "unit", .backend = "cpu", .started_at = "2026-11-30T00:00:00Z"};
+  bool resumed = true;
+  ASSERT_TRUE(r->CreateOrResumeRun(run, &resumed).has_value());
+  EXPECT_FALSE(resumed);
+  ASSERT_TRUE(r->CreateOrResumeRun(run, &resumed).has_value());
+  EXPECT_TRUE(resumed);
+  run.backend = "cuda";
+  auto clash = r->CreateOrResumeRun(run, &resumed);
+  ASSERT_FALSE(clash.has_value());
+  EXPECT_NE(clash.error().message().find("r1"), std::string::npos);
+}
+
+TEST(Registry, RecordingAResultTwiceReplacesIt) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  int64_t id = *r->UpsertCase(MmCase(2, 2, 2), {});
+  RunRecord run{.run_id = "r1", .stage = "unit", .backend = "cpu", .started_at = "t"};
+  ASSERT_TRUE(r->CreateOrResumeRun(run, nullptr).has_value());
+  ResultRecord res{.run_id = "r1", .case_id = id, .outcome = Outcome::kError, .error = "first"};
+  ASSERT_TRUE(r->RecordResult(res).ok());
+  res.outcome = Outcome::kMismatch;
+  res.max_abs_err = 0.25;
+  ASSERT_TRUE(r->RecordResult(res).ok());
+  auto results = r->ResultsForRun("r1");
+  ASSERT_EQ(results->size(), 1u);
+  EXPECT_EQ((*results)[0].outcome, Outcome::kMismatch);
+  EXPECT_DOUBLE_EQ(*(*results)[0].max_abs_err, 0.25);
+  EXPECT_EQ(*r->FinishedCaseIds("r1"), std::unordered_set<int64_t>{id});
+}
+
+TEST(Registry, ViewsAnswerTheCommonQuestions) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  int64_t mm = *r->UpsertCase(MmCase(2, 2, 2), {});
+  int64_t mm2 = *r->UpsertCase(MmCase(2, 2, 3), {});
+  int64_t add = *r->UpsertCase(AddCase({2}), {});
+  for (int64_t id : {mm, mm2, add}) ASSERT_TRUE(r->AddCaseSource(id, {"m/a", "x", "", "p", 0, 1}).ok());
+  ASSERT_TRUE(r->CreateOrResumeRun({.run_id = "r", .stage = "unit", .backend = "cpu", .started_at = "t"}, nullptr));
+  ASSERT_TRUE(r->RecordResult({.run_id = "r", .case_id = mm, .outcome = Outcome::kMismatch}).ok());
+  ASSERT_TRUE(r->RecordResult({.run_id = "r", .case_id = mm2, .outcome = Outcome::kMismatch}).ok());
+  ASSERT_TRUE(r->RecordResult({.run_id = "r", .case_id = add, .outcome = Outcome::kPass}).ok());
+  auto per_op = r->Query("SELECT op, cases, models FROM v_cases_per_op ORDER BY op");
+  ASSERT_EQ(per_op->rows.size(), 2u);
+  EXPECT_EQ(per_op->rows[1], (std::vector<std::string>{"aten::mm", "2", "1"}));
+  auto failures = r->Query("SELECT op, outcome, cases FROM v_failures_per_op WHERE run_id = 'r'");
+  ASSERT_EQ(failures->rows.size(), 1u);
+  EXPECT_EQ(failures->rows[0], (std::vector<std::string>{"aten::mm", "mismatch", "2"}));
+  auto summary = r->Query("SELECT outcome, cases FROM v_run_summary WHERE run_id = 'r' ORDER BY outcome");
+  EXPECT_EQ(summary->rows.size(), 2u);
+  auto per_model = r->Query("SELECT model_id, failing_cases FROM v_failures_per_model WHERE run_id = 'r'");
+  EXPECT_EQ(per_model->rows[0], (std::vector<std::string>{"m/a", "2"}));
+}
+
+TEST(Registry, ForeignKeysRejectResultsForUnknownRuns) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  int64_t id = *r->UpsertCase(MmCase(2, 2, 2), {});
+  Status s = r->RecordResult({.run_id = "no-such-run", .case_id = id, .outcome = Outcome::kPass});
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("FOREIGN KEY"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace coverage::registry

@@ -1,0 +1,148 @@
+#include <atomic>
+
+#include <gtest/gtest.h>
+
+#include "registry/registry.h"
+#include "runners/backends.h"
+#include "runners/replay.h"
+#include "stages/unit_stage.h"
+#include "tests/support/case_builder.h"
+#include "tests/support/fake_backend.h"
+#include "tests/support/temp_dir.h"
+
+namespace coverage::stages {
+namespace {
+
+using testing::TempDir;
+
+// Counts executions and stops the run after `stop_after` cases.
+class CountingExecutor final : public runners::CaseExecutor {
+ public:
+  CaseResult Run(const OpCase& c) override {
+    ++runs;
+    seen.push_back(c.Key());
+    if (stop && runs >= stop_after) stop->store(true);
+    CaseResult r;
+    r.outcome = Outcome::kPass;
+    return r;
+  }
+  int runs = 0;
+  int stop_after = 0;
+  std::atomic<bool>* stop = nullptr;
+  std::vector<std::string> seen;
+};
+
+class UnitStage : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = registry::Registry::Open(dir_.File("r.db"));
+    ASSERT_TRUE(r.has_value()) << r.error().ToString();
+    reg_ = std::move(*r);
+    for (int n = 1; n <= 6; ++n) AddCase(testing::MmCase(n, 4, 4), 32.0 * n);
+    for (int n = 1; n <= 4; ++n) AddCase(testing::MulCase({n, 8}), 8.0 * n);
+  }
+  void AddCase(const OpCase& c, double flops) {
+    auto id = reg_->UpsertCase(c, {flops, 0});
+    ASSERT_TRUE(id.has_value());
+    ASSERT_TRUE(reg_->AddCaseSource(*id, {"m/x", "layers.0", "", "prefill", 0, 1}).ok());
+  }
+  int64_t ResultRows(const std::string& run) {
+    auto q = reg_->Query("SELECT COUNT(*) FROM results WHERE run_id = ?1", {run});
+    return std::stoll(q->rows[0][0]);
+  }
+  TempDir dir_;
+  std::unique_ptr<registry::Registry> reg_;
+};
+
+TEST_F(UnitStage, ResumingWithTheSameRunIdSkipsFinishedCases) {
+  std::atomic<bool> stop{false};
+  CountingExecutor first;
+  first.stop = &stop;
+  first.stop_after = 4;
+  UnitStageOptions options{.run_id = "nightly-1", .progress = false, .stop = &stop};
+  auto s1 = RunUnitStage(*reg_, first, options);
+  ASSERT_TRUE(s1.has_value()) << s1.error().ToString();
+  EXPECT_TRUE(s1->interrupted);
+  EXPECT_EQ(first.runs, 4);
+  EXPECT_EQ(ResultRows("nightly-1"), 4);
+
+  stop.store(false);
+  CountingExecutor second;
+  auto s2 = RunUnitStage(*reg_, second, options);
+  ASSERT_TRUE(s2.has_value());
+  EXPECT_TRUE(s2->resumed);
+  EXPECT_FALSE(s2->interrupted);
+  EXPECT_EQ(s2->already_done, 4);
+  EXPECT_EQ(second.runs, 6);
+  for (const auto& key : second.seen) {
+    EXPECT_EQ(std::count(first.seen.begin(), first.seen.end(), key), 0) << "case " << key << " ran twice";
+  }
+  EXPECT_EQ(ResultRows("nightly-1"), 10);
+  EXPECT_EQ(s2->totals.Total(), 10);  // summary covers the whole run
+
+  CountingExecutor third;
+  auto s3 = RunUnitStage(*reg_, third, options);
+  ASSERT_TRUE(s3.has_value());
+  EXPECT_EQ(third.runs, 0);
+  EXPECT_EQ(ResultRows("nightly-1"), 10);
+  auto finished = reg_->GetRun("nightly-1");
+  EXPECT_FALSE((*finished)->finished_at.empty());
+}
+
+TEST_F(UnitStage, CostCapRecordsSkippedCasesWithTheReason) {
+  CountingExecutor exec;
+  UnitStageOptions options{.run_id = "capped", .max_case_flops = 100.0, .progress = false};
+  auto s = RunUnitStage(*reg_, exec, options);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->skipped_by_cost, 3);  // mm with n = 4, 5, 6
+  EXPECT_EQ(exec.runs, 7);
+  EXPECT_FALSE(s->Failed());
+  auto q = reg_->Query("SELECT error FROM results WHERE run_id = 'capped' AND outcome = 'skipped'");
+  ASSERT_EQ(q->rows.size(), 3u);
+  EXPECT_NE(q->rows[0][0].find("--max-case-flops"), std::string::npos);
+}
+
+TEST_F(UnitStage, FaultyBackendFailsExactlyTheAffectedCases) {
+  auto fake = std::make_shared<testing::FakeBackend>();
+  fake->add_offset["aten::mul.Tensor"] = 1.0;
+  runners::ReplayOptions replay;
+  replay.warm_iterations = 1;
+  runners::ReplayExecutor exec(fake, replay);
+  UnitStageOptions options{.run_id = "faulty", .backend = "fake", .progress = false};
+  auto s = RunUnitStage(*reg_, exec, options);
+  ASSERT_TRUE(s.has_value()) << s.error().ToString();
+  EXPECT_TRUE(s->Failed());
+  EXPECT_EQ(s->per_op["aten::mul.Tensor"].counts[Outcome::kMismatch], 4);
+  EXPECT_EQ(s->per_op["aten::mm"].counts[Outcome::kPass], 6);
+  auto q = reg_->Query(
+      "SELECT op, max_abs_err, mismatch_frac FROM v_results WHERE run_id = 'faulty' AND outcome = 'mismatch'");
+  ASSERT_EQ(q->rows.size(), 4u);
+  for (const auto& row : q->rows) {
+    EXPECT_EQ(row[0], "aten::mul");
+    EXPECT_NEAR(std::stod(row[1]), 1.0, 1e-6);
+    EXPECT_DOUBLE_EQ(std::stod(row[2]), 1.0);
+  }
+}
+
+TEST_F(UnitStage, OpFilterPlansOnlyMatchingCases) {
+  CountingExecutor exec;
+  UnitStageOptions options{.run_id = "only-mul", .progress = false};
+  options.filter.ops = {"mul"};
+  auto s = RunUnitStage(*reg_, exec, options);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->planned, 4);
+  EXPECT_EQ(exec.runs, 4);
+}
+
+TEST_F(UnitStage, ReusingARunIdForAnotherBackendIsRefused) {
+  CountingExecutor exec;
+  UnitStageOptions options{.run_id = "r", .backend = "cpu", .progress = false};
+  ASSERT_TRUE(RunUnitStage(*reg_, exec, options).has_value());
+  options.backend = "cuda";
+  auto s = RunUnitStage(*reg_, exec, options);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace coverage::stages

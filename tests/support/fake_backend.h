@@ -1,0 +1,60 @@
+// FakeBackend: a fault-injecting backend for tests. It runs ops on ATen's CPU
+// kernels and then breaks chosen ops on purpose: wrong values, NaN, a wrong
+// shape, an exception, or "no kernel".
+#pragma once
+
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "runners/backend.h"
+
+namespace coverage::testing {
+
+class FakeBackend final : public runners::Backend {
+ public:
+  // Keys are qualified op names ("aten::mul.Tensor") or bare names ("aten::mul").
+  std::map<std::string, double> add_offset;     // floating outputs += offset
+  std::set<std::string> make_nan;               // first output element becomes NaN
+  std::set<std::string> drop_last_row;          // outputs lose their last row (shape mismatch)
+  std::map<std::string, std::string> throw_message;  // throws std::runtime_error(message)
+  std::set<std::string> unsupported;            // throws like a dispatcher without a kernel
+  int executions = 0;
+
+  std::string name() const override { return "fake"; }
+  c10::Device device() const override { return c10::Device(c10::kCPU); }
+
+  void Execute(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
+    ++executions;
+    const auto& n = op.operator_name();
+    const std::string bare = n.name;
+    const std::string qualified = n.overload_name.empty() ? bare : bare + "." + n.overload_name;
+    auto has = [&](const auto& container) { return container.count(qualified) || container.count(bare); };
+    if (has(unsupported)) {
+      throw std::runtime_error("Could not run '" + qualified + "' with arguments from the 'Fake' backend.");
+    }
+    if (has(throw_message)) {
+      throw std::runtime_error(throw_message.count(qualified) ? throw_message.at(qualified) : throw_message.at(bare));
+    }
+    op.callBoxed(stack);
+    for (auto& v : *stack) {
+      if (!v.isTensor()) continue;
+      at::Tensor t = v.toTensor();
+      if (has(add_offset) && t.is_floating_point()) {
+        double off = add_offset.count(qualified) ? add_offset.at(qualified) : add_offset.at(bare);
+        v = t + off;
+      }
+      if (has(make_nan)) {
+        at::Tensor c = t.clone();
+        c.view({-1})[0] = std::numeric_limits<float>::quiet_NaN();
+        v = c;
+      }
+      if (has(drop_last_row)) v = t.narrow(0, 0, t.size(0) - 1);
+    }
+  }
+};
+
+}  // namespace coverage::testing
