@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "registry/registry.h"
+#include "runners/host.h"
 
 #ifndef COVERAGE_SOURCE_DIR
 #define COVERAGE_SOURCE_DIR "."
@@ -87,6 +88,8 @@ std::string HostName() {
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "";
   return buf;
 }
+
+void ApplyHostSettings(const GlobalOptions& global) { runners::SetIntraOpThreads(global.threads); }
 
 int ReportError(const Status& status) {
   std::fprintf(stderr, "coverage: error: %s\n", status.message().c_str());

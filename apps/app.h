@@ -28,6 +28,7 @@ struct GlobalOptions {
   std::string registry_path;  // --registry, $COVERAGE_REGISTRY, or ./coverage.db
   std::string home;           // --home, $COVERAGE_HOME, or the source tree it was built from
   bool quiet = false;         // no progress lines
+  int threads = 0;            // ATen intra-op threads; 0 = one per available core
   int exit_code = 0;          // set by the subcommand that ran
 };
 
@@ -46,6 +47,9 @@ Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& gl
 
 std::string GitRevision(const std::string& home);
 std::string HostName();
+
+// Applies process-wide settings (threads) before torch work starts.
+void ApplyHostSettings(const GlobalOptions& global);
 
 // Prints "coverage: error: <message>" to stderr and returns kExitUsage.
 int ReportError(const Status& status);

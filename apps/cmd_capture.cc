@@ -78,6 +78,7 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   if (flags.max_gb <= 0) return ReportError(Status::InvalidArgument("--max-gb must be positive"));
   auto reg = OpenRegistry(global, false);
   if (!reg) return ReportError(reg.error());
+  ApplyHostSettings(global);
 
   stages::CaptureStageOptions options;
   options.models = std::move(*models);

@@ -100,14 +100,30 @@ std::string Render(const Table& t, OutputFormat format, size_t max_width = 0) {
   return "";
 }
 
+// The cases matching the flags' filters, read-only.
+Result<std::vector<registry::StoredCase>> LoadCases(const GlobalOptions& global, const FilterFlags& flags) {
+  COV_ASSIGN_OR_RETURN(auto filter, ToFilter(flags));
+  COV_ASSIGN_OR_RETURN(auto reg, OpenRegistry(global, true));
+  return reg->FindCases(filter);
+}
+
+// "a/b,c/d" (a StoredCase's models column) -> {"a/b", "c/d"}.
+std::vector<std::string> SplitModels(const std::string& models) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (!models.empty()) {
+    size_t comma = models.find(',', start);
+    out.push_back(models.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
 int RunQuery(const GlobalOptions& global, const FilterFlags& flags) {
   auto format = ParseFormat(flags.format);
   if (!format) return ReportError(format.error());
-  auto filter = ToFilter(flags);
-  if (!filter) return ReportError(filter.error());
-  auto reg = OpenRegistry(global, true);
-  if (!reg) return ReportError(reg.error());
-  auto cases = (*reg)->FindCases(*filter);
+  auto cases = LoadCases(global, flags);
   if (!cases) return ReportError(cases.error());
   Table t;
   const bool human = *format == OutputFormat::kTable;
@@ -116,10 +132,9 @@ int RunQuery(const GlobalOptions& global, const FilterFlags& flags) {
   for (const auto& c : *cases) {
     std::string summary = c.op_case.Summary();
     summary = summary.substr(c.op_case.QualifiedName().size());
-    int64_t n_models = c.models.empty() ? 0 : 1 + std::count(c.models.begin(), c.models.end(), ',');
     t.rows.push_back({c.key, c.op_case.QualifiedName(), summary,
                       human ? HumanCount(c.cost.flops) : fmt::format("{:.0f}", c.cost.flops),
-                      std::to_string(n_models), std::to_string(c.total_calls)});
+                      std::to_string(SplitModels(c.models).size()), std::to_string(c.total_calls)});
   }
   Status s = WriteOutput(flags.out, Render(t, *format, 110));
   if (!s.ok()) return ReportError(s);
@@ -131,11 +146,7 @@ int RunExport(const GlobalOptions& global, const FilterFlags& flags) {
   if (flags.format != "jsonl" && flags.format != "json" && flags.format != "csv") {
     return ReportError(Status::InvalidArgument("--format '" + flags.format + "': expected jsonl, json or csv"));
   }
-  auto filter = ToFilter(flags);
-  if (!filter) return ReportError(filter.error());
-  auto reg = OpenRegistry(global, true);
-  if (!reg) return ReportError(reg.error());
-  auto cases = (*reg)->FindCases(*filter);
+  auto cases = LoadCases(global, flags);
   if (!cases) return ReportError(cases.error());
   std::string text;
   if (flags.format == "csv") {
@@ -150,20 +161,12 @@ int RunExport(const GlobalOptions& global, const FilterFlags& flags) {
   } else {
     nlohmann::json all = nlohmann::json::array();
     for (const auto& c : *cases) {
-      nlohmann::json models = nlohmann::json::array();
-      size_t start = 0;
-      while (!c.models.empty() && start <= c.models.size()) {
-        size_t comma = c.models.find(',', start);
-        models.push_back(c.models.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
       nlohmann::json j = {{"key", c.key},
                           {"summary", c.op_case.Summary()},
                           {"case", nlohmann::json::parse(c.op_case.ToCanonicalJson())},
                           {"flops", c.cost.flops},
                           {"bytes", c.cost.bytes},
-                          {"models", models},
+                          {"models", SplitModels(c.models)},
                           {"calls", c.total_calls}};
       if (flags.format == "jsonl") {
         text += j.dump() + "\n";
@@ -182,11 +185,7 @@ int RunExport(const GlobalOptions& global, const FilterFlags& flags) {
 int RunStats(const GlobalOptions& global, const FilterFlags& flags) {
   auto format = ParseFormat(flags.format);
   if (!format) return ReportError(format.error());
-  auto filter = ToFilter(flags);
-  if (!filter) return ReportError(filter.error());
-  auto reg = OpenRegistry(global, true);
-  if (!reg) return ReportError(reg.error());
-  auto cases = (*reg)->FindCases(*filter);
+  auto cases = LoadCases(global, flags);
   if (!cases) return ReportError(cases.error());
 
   struct OpStats {
@@ -206,14 +205,9 @@ int RunStats(const GlobalOptions& global, const FilterFlags& flags) {
     total_flops += c.cost.flops;
     total_calls += c.total_calls;
     for (DType d : c.op_case.DTypes()) ++per_dtype[std::string(DTypeName(d))];
-    size_t start = 0;
-    while (!c.models.empty()) {
-      size_t comma = c.models.find(',', start);
-      std::string m = c.models.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    for (const std::string& m : SplitModels(c.models)) {
       s.models.insert(m);
       ++per_model[m];
-      if (comma == std::string::npos) break;
-      start = comma + 1;
     }
   }
   std::vector<std::pair<std::string, OpStats>> ops(per_op.begin(), per_op.end());

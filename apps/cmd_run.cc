@@ -26,7 +26,7 @@ struct RunFlags {
   std::optional<double> max_case_flops;
   std::string run_id;
   int warm = 3;
-  bool no_golden = false;
+  std::string golden = "auto";
   uint64_t seed = 0;
   std::string tolerances;
   bool list_backends = false;
@@ -80,10 +80,13 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
                                         "' holds no op cases; run `coverage capture` first"));
   }
 
+  ApplyHostSettings(global);
   runners::ReplayOptions replay;
   replay.comparison = std::move(*comparison);
   replay.warm_iterations = flags.warm;
-  replay.golden = !flags.no_golden;
+  replay.golden = flags.golden == "always" ? runners::GoldenMode::kAlways
+                  : flags.golden == "never" ? runners::GoldenMode::kNever
+                                            : runners::GoldenMode::kWhenNeeded;
   replay.seed = flags.seed;
   runners::ReplayExecutor executor(*backend, replay);
 
@@ -99,7 +102,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   options.stop = InstallStopHandler();
   nlohmann::json config = {{"stage", flags.stage},       {"backend", flags.backend},  {"ops", flags.ops},
                            {"model", flags.model},       {"dtype", flags.dtype},      {"dims", flags.dims},
-                           {"profile", flags.profile},   {"warm", flags.warm},        {"golden", !flags.no_golden},
+                           {"profile", flags.profile},   {"warm", flags.warm},        {"golden", flags.golden},
                            {"seed", flags.seed},         {"tolerances", tol_path}};
   if (flags.max_case_flops) config["max_case_flops"] = *flags.max_case_flops;
   options.config_json = config.dump();
@@ -183,7 +186,11 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--warm", flags->warm, "Warm backend calls after the first (latency = their median)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
-  cmd->add_flag("--no-golden", flags->no_golden, "Skip the fp64 golden run (faster; tolerance rule (a) only)");
+  cmd->add_option("--golden", flags->golden,
+                  "fp64 golden run: auto (only when an output misses the reference tolerance), always (error ratio "
+                  "for every case), never")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_option("--seed", flags->seed, "Mixed into every case's input seed")->capture_default_str();
   cmd->add_option("--tolerances", flags->tolerances, "Tolerance config [default: <home>/configs/tolerances.json]");
   cmd->add_option("--show-failures", flags->show_failures, "Failing cases to print")->capture_default_str();

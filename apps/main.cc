@@ -2,9 +2,11 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/app.h"
+#include "runners/host.h"
 
 int main(int argc, char** argv) {
   using namespace coverage::apps;
+  coverage::runners::KeepFreedHostMemory();
   CLI::App app{
       "coverage: model-coverage test harness for PyTorch backends.\n"
       "Captures the ops and shapes real models execute into a SQLite registry,\n"
@@ -18,6 +20,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--home", global.home, "Folder holding configs/ and data/ ($COVERAGE_HOME)")->capture_default_str();
   app.add_flag("-q,--quiet", global.quiet, "No progress output");
+  app.add_option("--threads", global.threads, "ATen intra-op threads (0 = one per available core)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   AddCaptureCommand(app, global);
   AddRegistryCommand(app, global);
   AddRunCommand(app, global);

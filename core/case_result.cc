@@ -1,5 +1,7 @@
 #include "core/case_result.h"
 
+#include "core/json_double.h"
+
 #include <cmath>
 #include <limits>
 
@@ -11,24 +13,11 @@ namespace {
 using nlohmann::json;
 
 void PutOptional(json& j, const char* name, const std::optional<double>& v) {
-  if (v && std::isfinite(*v)) {
-    j[name] = *v;
-  } else if (v) {
-    j[name] = std::isnan(*v) ? "nan" : (*v > 0 ? "inf" : "-inf");
-  }
+  if (v) j[name] = DoubleToJson(*v);
 }
 
 std::optional<double> GetOptional(const json& j, const char* name) {
-  if (!j.contains(name)) return std::nullopt;
-  const json& v = j[name];
-  if (v.is_number()) return v.get<double>();
-  if (v.is_string()) {
-    const auto& s = v.get_ref<const std::string&>();
-    if (s == "inf") return std::numeric_limits<double>::infinity();
-    if (s == "-inf") return -std::numeric_limits<double>::infinity();
-    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
-  }
-  return std::nullopt;
+  return j.contains(name) ? DoubleFromJson(j[name]) : std::nullopt;
 }
 
 }  // namespace

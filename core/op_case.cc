@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_double.h"
 #include "core/sha256.h"
 
 namespace coverage {
@@ -43,21 +44,8 @@ constexpr std::pair<Argument::Kind, std::string_view> kArgKindNames[] = {
     {Argument::Kind::kDevice, "device"},
 };
 
-// JSON has no inf/nan; they are written as the strings "inf", "-inf", "nan".
-json DoubleToJson(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  return v;
-}
-
-Result<double> DoubleFromJson(const json& j, std::string_view what) {
-  if (j.is_number()) return j.get<double>();
-  if (j.is_string()) {
-    const auto& s = j.get_ref<const std::string&>();
-    if (s == "inf") return std::numeric_limits<double>::infinity();
-    if (s == "-inf") return -std::numeric_limits<double>::infinity();
-    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
-  }
+Result<double> RequireDouble(const json& j, std::string_view what) {
+  if (auto v = coverage::DoubleFromJson(j)) return *v;
   return Status::Corruption(std::string(what) + ": expected a number, \"inf\", \"-inf\" or \"nan\"");
 }
 
@@ -208,7 +196,7 @@ Result<Argument> ArgFromJson(const json& j, const std::string& what) {
     }
     case Argument::Kind::kDouble: {
       COV_ASSIGN_OR_RETURN(json v, need_value());
-      COV_ASSIGN_OR_RETURN(a.d, DoubleFromJson(v, here + ".value"));
+      COV_ASSIGN_OR_RETURN(a.d, RequireDouble(v, here + ".value"));
       break;
     }
     case Argument::Kind::kBool: {
@@ -232,7 +220,7 @@ Result<Argument> ArgFromJson(const json& j, const std::string& what) {
       COV_ASSIGN_OR_RETURN(json v, need_value());
       if (!v.is_array()) return Status::Corruption(here + ".value: expected an array");
       for (const auto& e : v) {
-        COV_ASSIGN_OR_RETURN(double d, DoubleFromJson(e, here + ".value"));
+        COV_ASSIGN_OR_RETURN(double d, RequireDouble(e, here + ".value"));
         a.doubles.push_back(d);
       }
       break;

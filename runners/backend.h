@@ -36,6 +36,11 @@ class Backend {
   virtual void Synchronize() {}
   // Version string of the backend's software stack, stored with each run.
   virtual std::string Version() const { return ""; }
+  // True only for kernels known never to write into arguments the schema
+  // marks read-only (ATen's own CPU kernels, which also compute the
+  // reference). Inputs a CPU-device backend reads in place are otherwise
+  // fingerprinted and checked after its runs (MaterializedCase::VerifyReadOnlyInputs).
+  virtual bool RespectsReadOnlyInputs() const { return false; }
 };
 
 }  // namespace coverage::runners

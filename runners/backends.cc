@@ -12,6 +12,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   c10::Device device() const override { return c10::Device(c10::kCPU); }
   std::string Version() const override { return LibtorchVersion(); }
+  bool RespectsReadOnlyInputs() const override { return true; }  // the reference's own kernels
 };
 
 }  // namespace

@@ -1,10 +1,12 @@
 #include "runners/materialize.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "runners/dtype_map.h"
 
@@ -29,9 +31,10 @@ namespace {
 //    inside the indexed dimension even for hand-written cases.
 //  * Bool tensors get a fixed pseudo-random pattern (about half true).
 // All values come from one pool of 4M uniform floats generated once with a
-// fixed SplitMix64 stream; a tensor starts at a pool offset derived from the
-// case seed and the argument's position, so inputs are deterministic,
-// differ between arguments, and cost one pass to make.
+// fixed SplitMix64 stream; a tensor starts at a pool offset derived from its
+// spec, its rank among the case's arguments with the same spec, and the seed.
+// So inputs are deterministic, differ between arguments, cost one pass to
+// make, and are identical (and cached) wherever the same spec recurs.
 
 constexpr size_t kPoolBits = 22;
 constexpr size_t kPoolSize = size_t{1} << kPoolBits;
@@ -54,19 +57,27 @@ const std::vector<float>& Pool() {
   return pool;
 }
 
-// Fills `n` elements at `out` with pool[offset + i] * scale + shift.
-template <typename T>
+// Fills `n` elements at `out` with pool[offset + i] * scale + shift,
+// computed in C (float or double) and stored as T. Split into fixed chunks
+// across ATen's intra-op threads: making inputs is a memory-bound pass, and
+// on big weights it was most of the harness overhead (bench/README.md).
+template <typename T, typename C = float>
 void FillAffine(T* out, int64_t n, uint64_t offset, double scale, double shift) {
   const float* pool = Pool().data();
-  const T s = static_cast<T>(scale), b = static_cast<T>(shift);
-  size_t pos = offset & kPoolMask;
-  int64_t i = 0;
-  while (i < n) {
-    int64_t chunk = std::min<int64_t>(n - i, static_cast<int64_t>(kPoolSize - pos));
-    for (int64_t k = 0; k < chunk; ++k) out[i + k] = static_cast<T>(pool[pos + k]) * s + b;
-    i += chunk;
-    pos = 0;
-  }
+  const C s = static_cast<C>(scale), b = static_cast<C>(shift);
+  constexpr int64_t kChunk = 1 << 16;
+  at::parallel_for(0, n, kChunk, [&](int64_t begin, int64_t end) {
+    int64_t i = begin;
+    size_t pos = (offset + static_cast<uint64_t>(begin)) & kPoolMask;
+    while (i < end) {
+      const int64_t len = std::min<int64_t>(end - i, static_cast<int64_t>(kPoolSize - pos));
+      T* dst = out + i;
+      const float* src = pool + pos;
+      for (int64_t k = 0; k < len; ++k) dst[k] = static_cast<T>(static_cast<C>(src[k]) * s + b);
+      i += len;
+      pos = 0;
+    }
+  });
 }
 
 std::pair<double, double> AffineFor(ValueDomain::Kind kind) {
@@ -106,13 +117,23 @@ at::Tensor MakeBase(const TensorSpec& spec, uint64_t offset) {
     int64_t lo = d.kind == ValueDomain::Kind::kInteger ? d.lo : 0;
     int64_t hi = d.kind == ValueDomain::Kind::kInteger ? d.hi : 16;
     at::Tensor u = at::empty({n}, at::kDouble);
-    FillAffine(u.data_ptr<double>(), n, offset, static_cast<double>(hi - lo), static_cast<double>(lo));
+    FillAffine<double, double>(u.data_ptr<double>(), n, offset, static_cast<double>(hi - lo), static_cast<double>(lo));
     return u.floor_().clamp_(static_cast<double>(lo), static_cast<double>(hi - 1)).to(st);
   }
   auto [scale, shift] = AffineFor(d.kind);
   if (st == at::kDouble) {
     at::Tensor t = at::empty({n}, at::kDouble);
-    FillAffine(t.data_ptr<double>(), n, offset, scale, shift);
+    FillAffine<double, double>(t.data_ptr<double>(), n, offset, scale, shift);
+    return t;
+  }
+  if (st == at::kBFloat16) {
+    at::Tensor t = at::empty({n}, at::kBFloat16);
+    FillAffine(t.data_ptr<c10::BFloat16>(), n, offset, scale, shift);
+    return t;
+  }
+  if (st == at::kHalf) {
+    at::Tensor t = at::empty({n}, at::kHalf);
+    FillAffine(t.data_ptr<c10::Half>(), n, offset, scale, shift);
     return t;
   }
   at::Tensor t = at::empty({n}, at::kFloat);
@@ -198,7 +219,67 @@ bool IsOptionalTensorList(const c10::Argument& arg) {
 
 }  // namespace
 
-at::Tensor MaterializedCase::MakeView(int id, c10::Device device, bool fresh, bool to_double) {
+uint64_t Fingerprint(const at::Tensor& t) {
+  const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+  const int64_t nbytes = static_cast<int64_t>(t.nbytes());
+  const int64_t words = nbytes / 8;
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (words + kChunk - 1) / kChunk;
+  std::vector<uint64_t> parts(static_cast<size_t>(std::max<int64_t>(chunks, 1)), 0);
+  at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t c = first; c < last; ++c) {
+      uint64_t h = 0;
+      for (int64_t i = c * kChunk; i < std::min(words, (c + 1) * kChunk); ++i) {
+        uint64_t w;
+        std::memcpy(&w, bytes + 8 * i, 8);
+        h += (w ^ static_cast<uint64_t>(i)) * 0x9e3779b97f4a7c15ULL;
+        h = (h << 7) | (h >> 57);
+      }
+      parts[c] = h;
+    }
+  });
+  uint64_t h = static_cast<uint64_t>(nbytes);
+  for (uint64_t p : parts) h = (h ^ p) * 0x100000001b3ULL;
+  for (int64_t i = words * 8; i < nbytes; ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+InputCache::Entry InputCache::GetOrMake(const std::string& key, const std::function<at::Tensor()>& make) {
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    ++hits_;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return *it->second;
+  }
+  ++misses_;
+  Entry entry{key, make(), 0};
+  const int64_t size = static_cast<int64_t>(entry.base.nbytes());
+  if (size > budget_) return entry;  // too big to keep
+  lru_.push_front(entry);
+  index_[key] = lru_.begin();
+  bytes_ += size;
+  while (bytes_ > budget_ && !lru_.empty()) {
+    bytes_ -= static_cast<int64_t>(lru_.back().base.nbytes());
+    index_.erase(lru_.back().key);
+    lru_.pop_back();
+  }
+  return entry;
+}
+
+void InputCache::SetFingerprint(const std::string& key, uint64_t fingerprint) {
+  auto it = index_.find(key);
+  if (it != index_.end()) it->second->fingerprint = fingerprint;
+}
+
+void InputCache::Evict(const std::string& key) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return;
+  bytes_ -= static_cast<int64_t>(it->second->base.nbytes());
+  lru_.erase(it->second);
+  index_.erase(it);
+}
+
+at::Tensor MaterializedCase::MakeView(int id, c10::Device device, bool fresh, bool to_double, bool verify) {
   TensorInput& in = tensors_[id];
   const TensorSpec& spec = in.spec;
   at::ScalarType target = ToScalarType(spec.dtype);
@@ -212,35 +293,56 @@ at::Tensor MaterializedCase::MakeView(int id, c10::Device device, bool fresh, bo
     if (k == cache_key) base = t;
   }
   if (!base.defined()) {
-    base = in.base.to(device, target);
+    base = in.base.to(device, target);  // the base itself when nothing changes
     cache_.emplace_back(cache_key, base);
   }
-  if (fresh) base = base.clone();
+  if (fresh) {
+    base = base.clone();
+  } else if (verify && base.is_same(in.base) && !in.shared_with_backend) {
+    // The backend reads the shared storage in place (copying it could cost
+    // more than the op); VerifyReadOnlyInputs checks it afterwards.
+    in.shared_with_backend = true;
+    if (in.fingerprint == 0) {
+      in.fingerprint = Fingerprint(in.base);
+      if (cache_ptr_ && !in.cache_key.empty()) cache_ptr_->SetFingerprint(in.cache_key, in.fingerprint);
+    }
+  }
   return base.as_strided(spec.shape, spec.strides, spec.storage_offset);
 }
 
-Result<std::vector<c10::IValue>> MaterializedCase::Build(c10::Device device, bool fresh, bool to_double) {
+Status MaterializedCase::VerifyReadOnlyInputs() {
+  for (auto& in : tensors_) {
+    if (!in.shared_with_backend) continue;
+    if (Fingerprint(in.base) == in.fingerprint) continue;
+    if (cache_ptr_ && !in.cache_key.empty()) cache_ptr_->Evict(in.cache_key);
+    return Status::InvalidArgument("the backend wrote into argument '" + in.arg_name +
+                                   "', which the schema of " + op_case_.QualifiedName() + " marks read-only");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<c10::IValue>> MaterializedCase::Build(c10::Device device, bool to_double, bool verify) {
   std::vector<c10::IValue> out;
   out.reserve(slots_.size());
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     const Argument& a = op_case_.args[slot.arg_index];
-    const bool fresh_here = fresh || mutated_[i];
+    const bool fresh_here = mutated_[i];
     switch (a.kind) {
       case Argument::Kind::kNone: out.emplace_back(); break;
-      case Argument::Kind::kTensor: out.emplace_back(MakeView(slot.tensor_ids[0], device, fresh_here, to_double)); break;
+      case Argument::Kind::kTensor: out.emplace_back(MakeView(slot.tensor_ids[0], device, fresh_here, to_double, verify)); break;
       case Argument::Kind::kTensorList: {
         if (slot.optional_list) {
           c10::List<c10::optional<at::Tensor>> list;
           for (int id : slot.tensor_ids) {
-            list.push_back(id < 0 ? c10::optional<at::Tensor>() : c10::optional<at::Tensor>(MakeView(id, device, fresh_here, to_double)));
+            list.push_back(id < 0 ? c10::optional<at::Tensor>() : c10::optional<at::Tensor>(MakeView(id, device, fresh_here, to_double, verify)));
           }
           out.emplace_back(std::move(list));
         } else {
           std::vector<at::Tensor> list;
           for (int id : slot.tensor_ids) {
             if (id < 0) return Status::InvalidArgument(op_case_.QualifiedName() + ": argument '" + a.name + "' is a Tensor[] with a None item");
-            list.push_back(MakeView(id, device, fresh_here, to_double));
+            list.push_back(MakeView(id, device, fresh_here, to_double, verify));
           }
           out.emplace_back(std::move(list));
         }
@@ -264,9 +366,22 @@ Result<std::vector<c10::IValue>> MaterializedCase::Build(c10::Device device, boo
   return out;
 }
 
-Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::FunctionSchema& schema, uint64_t seed) {
+// A stable text form of the spec (shape, strides, offset, dtype, domain).
+static std::string SpecKey(const TensorSpec& t) {
+  std::string k(DTypeName(t.dtype));
+  for (int64_t s : t.shape) k += "," + std::to_string(s);
+  k += "|";
+  for (int64_t s : t.strides) k += "," + std::to_string(s);
+  k += "|" + std::to_string(t.storage_offset) + "|" + std::string(ValueDomainKindName(t.domain.kind));
+  if (t.domain.kind == ValueDomain::Kind::kInteger) k += std::to_string(t.domain.lo) + ":" + std::to_string(t.domain.hi);
+  return k;
+}
+
+Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::FunctionSchema& schema, uint64_t seed,
+                                     InputCache* cache) {
   MaterializedCase m;
   m.op_case_ = input_case;
+  m.cache_ptr_ = cache;
   IndexRules(m.op_case_);
   const auto& schema_args = schema.arguments();
   if (schema_args.size() != m.op_case_.args.size()) {
@@ -274,7 +389,7 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
                                    " arguments but the schema '" + c10::toString(schema) + "' has " +
                                    std::to_string(schema_args.size()));
   }
-  uint64_t state = seed;
+  std::unordered_map<std::string, int> rank;  // how often a spec occurred so far in this case
   for (size_t i = 0; i < schema_args.size(); ++i) {
     const Argument& a = m.op_case_.args[i];
     MaterializedCase::Slot slot;
@@ -289,8 +404,22 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
       for (int64_t s : spec.strides) {
         if (s < 0) return Status::InvalidArgument(input_case.QualifiedName() + ": argument '" + a.name + "' has a negative stride");
       }
+      const std::string key = SpecKey(spec) + "#" + std::to_string(rank[SpecKey(spec)]++) + "@" + std::to_string(seed);
+      uint64_t state = 0xcbf29ce484222325ULL;  // FNV-1a: portable, unlike std::hash
+      for (unsigned char ch : key) state = (state ^ ch) * 0x100000001b3ULL;
       const uint64_t offset = SplitMix64(state);
-      m.tensors_.push_back({MakeBase(spec, offset), spec});
+      MaterializedCase::TensorInput in;
+      if (cache) {
+        InputCache::Entry e = cache->GetOrMake(key, [&] { return MakeBase(spec, offset); });
+        in.base = std::move(e.base);
+        in.fingerprint = e.fingerprint;
+        in.cache_key = key;
+      } else {
+        in.base = MakeBase(spec, offset);
+      }
+      in.spec = spec;
+      in.arg_name = a.name;
+      m.tensors_.push_back(std::move(in));
       slot.tensor_ids.push_back(static_cast<int>(m.tensors_.size() - 1));
       return Status::Ok();
     };

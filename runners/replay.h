@@ -19,12 +19,27 @@
 namespace coverage::runners {
 
 class Backend;
+class InputCache;
+
+// When the fp64 golden runs (see Note [Tolerances] in compare.cc).
+enum class GoldenMode {
+  kNever,       // judge against the CPU reference only
+  kWhenNeeded,  // only when an output fails the reference tolerance: the golden
+                // then decides whether the backend is merely as inexact as the CPU
+  kAlways,      // for every case with floating inputs (records the error ratio everywhere)
+};
 
 struct ReplayOptions {
   ComparisonOptions comparison;
   int warm_iterations = 3;  // backend calls after the first; warm latency is their median
-  bool golden = true;       // also run an fp64 golden on CPU when the op supports double
-  uint64_t seed = 0;        // mixed with the case key to derive inputs
+  GoldenMode golden = GoldenMode::kWhenNeeded;
+  uint64_t seed = 0;        // mixed into every input's values
+  // Inputs made for one case are kept (LRU) for later cases with the same
+  // tensor spec, up to this many bytes (0 disables the cache).
+  int64_t input_cache_bytes = int64_t{2} << 30;
+  // Check read-only inputs after every backend run that read them in place,
+  // even for backends that declare RespectsReadOnlyInputs() (to measure it).
+  bool always_verify_inputs = false;
 };
 
 // Runs cases one at a time. Implementations may run cases in-process (this
@@ -44,6 +59,7 @@ class ReplayExecutor final : public CaseExecutor {
  private:
   std::shared_ptr<Backend> backend_;
   ReplayOptions options_;
+  std::unique_ptr<InputCache> cache_;
 };
 
 // True when ATen has a schema for the case's op and overload in this build.

@@ -114,18 +114,51 @@ TEST(Materialize, InputsAreDeterministicAndFollowTheSpec) {
   auto a = Materialize(c, schema, 42);
   auto b = Materialize(c, schema, 42);
   ASSERT_TRUE(a.has_value() && b.has_value());
-  auto ia = a->Build(c10::Device(c10::kCPU), true, false);
-  auto ib = b->Build(c10::Device(c10::kCPU), true, false);
+  auto ia = a->Build(c10::Device(c10::kCPU), false, true);
+  auto ib = b->Build(c10::Device(c10::kCPU), false, true);
   at::Tensor sa = (*ia)[0].toTensor();
   EXPECT_EQ(sa.strides().vec(), (std::vector<int64_t>{1, 16}));
   EXPECT_TRUE(at::equal(sa, (*ib)[0].toTensor()));
   at::Tensor other = (*ia)[1].toTensor();
   EXPECT_GE(other.min().item<float>(), 0.0f);
   EXPECT_FALSE(at::equal(sa.reshape({-1}).narrow(0, 0, 64), other));  // arguments differ
-  auto golden = a->Build(c10::Device(c10::kCPU), false, true);
+  auto golden = a->Build(c10::Device(c10::kCPU), true, false);
   EXPECT_EQ((*golden)[0].toTensor().scalar_type(), at::kDouble);
   auto c2 = Materialize(c, schema, 43);
-  EXPECT_FALSE(at::equal(sa, (*c2->Build(c10::Device(c10::kCPU), true, false))[0].toTensor()));
+  EXPECT_FALSE(at::equal(sa, (*c2->Build(c10::Device(c10::kCPU), false, true))[0].toTensor()));
+}
+
+TEST(Materialize, CasesSharingASpecShareCachedValues) {
+  InputCache cache(int64_t{1} << 30);
+  const auto& mm = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "").schema();
+  // Same weight spec [64, 32] in two cases with different activations.
+  auto a = Materialize(testing::MmCase(4, 64, 32), mm, 0, &cache);
+  auto b = Materialize(testing::MmCase(8, 64, 32), mm, 0, &cache);
+  ASSERT_TRUE(a.has_value() && b.has_value());
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(cache.misses(), 3);
+  const c10::Device cpu(c10::kCPU);
+  at::Tensor wa = (*a->Build(cpu, false, false))[1].toTensor();
+  at::Tensor wb = (*b->Build(cpu, false, false))[1].toTensor();
+  EXPECT_TRUE(at::equal(wa, wb));
+  EXPECT_TRUE(a->VerifyReadOnlyInputs().ok());
+}
+
+TEST(Materialize, ABackendWritingIntoAReadOnlyInputIsCaughtAndCannotPoisonTheCache) {
+  InputCache cache(int64_t{1} << 30);
+  const auto& mm = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "").schema();
+  const c10::Device cpu(c10::kCPU);
+  auto a = Materialize(testing::MmCase(4, 64, 32), mm, 0, &cache);
+  at::Tensor original = (*a->Build(cpu, false, false))[1].toTensor().clone();
+  at::Tensor backend_view = (*a->Build(cpu, false, /*verify=*/true))[1].toTensor();
+  backend_view.fill_(7.0);
+  Status s = a->VerifyReadOnlyInputs();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'mat2'"), std::string::npos) << s.message();
+  // The scribbled base was evicted: the next case with that spec gets the
+  // original values again.
+  auto b = Materialize(testing::MmCase(8, 64, 32), mm, 0, &cache);
+  EXPECT_TRUE(at::equal((*b->Build(cpu, false, false))[1].toTensor(), original));
 }
 
 TEST(Blocks, DecoderBlocksCaptureAttentionAndMlpOps) {

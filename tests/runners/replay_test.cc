@@ -29,7 +29,9 @@ CaseResult RunOn(std::shared_ptr<Backend> backend, const OpCase& c, ReplayOption
 }
 
 TEST(Replay, CpuBackendPassesWithZeroError) {
-  CaseResult r = RunOn(Cpu(), testing::MmCase(64, 128, 32));
+  ReplayOptions always;
+  always.golden = GoldenMode::kAlways;
+  CaseResult r = RunOn(Cpu(), testing::MmCase(64, 128, 32), always);
   EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
   EXPECT_DOUBLE_EQ(*r.max_abs_err, 0.0);
   EXPECT_DOUBLE_EQ(*r.mismatch_frac, 0.0);
@@ -39,6 +41,22 @@ TEST(Replay, CpuBackendPassesWithZeroError) {
   EXPECT_GT(*r.first_call_us, 0);
   EXPECT_TRUE(r.warm_us.has_value());
   EXPECT_GT(r.timing.ComputeUs(), 0);
+}
+
+TEST(Replay, GoldenRunsOnlyWhenTheReferenceToleranceIsMissedByDefault) {
+  CaseResult pass = RunOn(Cpu(), testing::MmCase(16, 16, 16));
+  EXPECT_EQ(pass.outcome, Outcome::kPass);
+  EXPECT_FALSE(pass.error_ratio.has_value());
+  EXPECT_EQ(pass.timing.golden_us, 0);
+  auto fake = std::make_shared<FakeBackend>();
+  fake->add_offset["aten::mm"] = 1e-3;
+  CaseResult off = RunOn(fake, testing::MmCase(16, 16, 16));
+  EXPECT_EQ(off.outcome, Outcome::kMismatch);
+  ASSERT_TRUE(off.error_ratio.has_value());
+  EXPECT_GT(off.timing.golden_us, 0);
+  ReplayOptions never;
+  never.golden = GoldenMode::kNever;
+  EXPECT_FALSE(RunOn(fake, testing::MmCase(16, 16, 16), never).error_ratio.has_value());
 }
 
 TEST(Replay, WrongValuesGiveMismatchWithMetricsForTheAffectedOpOnly) {
@@ -62,6 +80,14 @@ TEST(Replay, BackendExceptionBecomesErrorWithTheMessage) {
   EXPECT_EQ(r.outcome, Outcome::kError);
   EXPECT_EQ(r.error, "device lost: queue 3 faulted");
   EXPECT_FALSE(r.max_abs_err.has_value());
+}
+
+TEST(Replay, BackendWritingIntoItsInputsIsAnError) {
+  auto fake = std::make_shared<FakeBackend>();
+  fake->scribble_inputs.insert("aten::mm");
+  CaseResult r = RunOn(fake, testing::MmCase(4, 4, 4));
+  EXPECT_EQ(r.outcome, Outcome::kError);
+  EXPECT_NE(r.error.find("wrote into argument 'self'"), std::string::npos) << r.error;
 }
 
 TEST(Replay, MissingKernelIsUnsupported) {

@@ -22,6 +22,7 @@ class FakeBackend final : public runners::Backend {
   std::set<std::string> drop_last_row;          // outputs lose their last row (shape mismatch)
   std::map<std::string, std::string> throw_message;  // throws std::runtime_error(message)
   std::set<std::string> unsupported;            // throws like a dispatcher without a kernel
+  std::set<std::string> scribble_inputs;        // writes zeros into its first tensor input
   int executions = 0;
 
   std::string name() const override { return "fake"; }
@@ -38,6 +39,14 @@ class FakeBackend final : public runners::Backend {
     }
     if (has(throw_message)) {
       throw std::runtime_error(throw_message.count(qualified) ? throw_message.at(qualified) : throw_message.at(bare));
+    }
+    if (has(scribble_inputs)) {
+      for (auto& v : *stack) {
+        if (v.isTensor()) {
+          v.toTensor().zero_();
+          break;
+        }
+      }
     }
     op.callBoxed(stack);
     for (auto& v : *stack) {
