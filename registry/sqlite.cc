@@ -112,6 +112,11 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& path, bool r
   std::unique_ptr<Database> out(new Database(db, path));
   sqlite3_busy_timeout(db, busy_timeout_ms);
   sqlite3_extended_result_codes(db, 1);
+  // SQLite opens lazily: read the header now so a foreign file is named as such.
+  if (sqlite3_exec(db, "PRAGMA schema_version", nullptr, nullptr, nullptr) == SQLITE_NOTADB) {
+    return Status::InvalidArgument("'" + path + "' is not an SQLite database (so not a coverage registry); "
+                                   "it was left unchanged");
+  }
   if (!read_only) {
     COV_RETURN_IF_ERROR(out->Exec("PRAGMA journal_mode=WAL").WithContext("enabling WAL"));
     COV_RETURN_IF_ERROR(out->Exec("PRAGMA synchronous=NORMAL"));

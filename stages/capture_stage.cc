@@ -43,7 +43,7 @@ Result<CaptureStageSummary> RunCaptureStage(registry::Registry& registry, const 
     const double estimate = runners::EstimateBlockBytes(model, profile);
     if (estimate > options.max_bytes) {
       ++summary.pairs_refused;
-      summary.refusals.push_back(fmt::format("{} / {}: needs about {:.1f} GB, over the {:.1f} GB budget (--max-bytes)",
+      summary.refusals.push_back(fmt::format("{} / {}: needs about {:.3g} GB, over the {:.3g} GB budget (--max-gb)",
                                              model.id, profile.name, estimate / 1e9, options.max_bytes / 1e9));
       continue;
     }

@@ -29,7 +29,7 @@ struct CaptureStageOptions {
   std::vector<runners::BlockModel> models;
   std::vector<runners::CaptureProfile> profiles;
   int max_depth = 0;              // see runners::CaptureOptions
-  double max_bytes = 8e9;         // refuse a (model, profile) estimated above this
+  double max_bytes = 8e9;         // refuse a (model, profile) estimated above this (--max-gb)
   bool force = false;             // recapture pairs already captured
   bool progress = true;
   const std::atomic<bool>* stop = nullptr;

@@ -72,6 +72,12 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
   UnitStageSummary summary;
   summary.run_id = options.run_id.empty() ? NewRunId(options.backend, "unit") : options.run_id;
 
+  COV_ASSIGN_OR_RETURN(auto cases, registry.FindCases(options.filter));
+  if (cases.empty()) {
+    return Status::NotFound("no op cases in the registry match the filters; `coverage registry query` with the same "
+                            "filters shows what there is");
+  }
+
   registry::RunRecord run;
   run.run_id = summary.run_id;
   run.stage = "unit";
@@ -84,7 +90,6 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
   COV_ASSIGN_OR_RETURN(auto stored_run, registry.CreateOrResumeRun(run, &summary.resumed));
   (void)stored_run;
 
-  COV_ASSIGN_OR_RETURN(auto cases, registry.FindCases(options.filter));
   COV_ASSIGN_OR_RETURN(auto finished, registry.FinishedCaseIds(summary.run_id));
   summary.planned = static_cast<int64_t>(cases.size());
 

@@ -64,8 +64,9 @@ struct UnitStageSummary {
 };
 
 // Plans cases from `registry`, runs the ones without a result in the run, and
-// summarises the whole run. Statuses are harness failures (database, bad
-// filter, run id reused for another stage); backend failures are outcomes.
+// summarises the whole run. Statuses are harness failures (database, a filter
+// that matches nothing, run id reused for another stage); backend failures
+// are outcomes.
 Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::CaseExecutor& executor,
                                       const UnitStageOptions& options);
 

@@ -71,8 +71,16 @@ check "bad tolerance file is named" has "bad_tol.json: dtypes.f32.rtol"
 printf '{"id": "x/y", "family": "decoder", "config": {}}\nnot json\n' >"$TMP/bad_models.jsonl"
 check "bad models file is refused" run 2 "$BIN" --registry "$DB" capture --models "$TMP/bad_models.jsonl"
 check "bad models file names the line" has "bad_models.jsonl:2"
+check "over the memory budget is refused" run 1 "$BIN" -q --registry "$TMP/budget.db" capture --model microsoft/resnet-50 --max-gb 0.001
+check "refusal gives the estimate" has "over the 0.001 GB budget (--max-gb)"
+printf 'not a database, just text that is long enough to have a header-sized prefix of bytes......\n' >"$TMP/text.db"
+check "a foreign file is not taken for a registry" run 2 "$BIN" --registry "$TMP/text.db" registry stats
+check "a foreign file is named" has "is not an SQLite database"
+check "a foreign file is left unchanged" grep -q "^not a database" "$TMP/text.db"
 check "failed commands lost nothing" test "$(cases)" -eq "$n"
 
+check "filter matching nothing is an error" run 2 "$BIN" --registry "$DB" run --stage=unit --op no_such_op
+check "filter matching nothing says so" has "no op cases in the registry match"
 check "unit run" run 0 "$BIN" -q --registry "$DB" run --stage=unit --run first --warm 1
 check "unit run summary" has "TOTAL"
 check "unit run says where results are" has "results: $DB, run first"

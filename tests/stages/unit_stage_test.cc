@@ -134,6 +134,16 @@ TEST_F(UnitStage, OpFilterPlansOnlyMatchingCases) {
   EXPECT_EQ(exec.runs, 4);
 }
 
+TEST_F(UnitStage, AFilterMatchingNothingIsAnErrorAndCreatesNoRun) {
+  CountingExecutor exec;
+  UnitStageOptions options{.run_id = "empty", .progress = false};
+  options.filter.ops = {"no_such_op"};
+  auto s = RunUnitStage(*reg_, exec, options);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_EQ(s.error().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(reg_->GetRun("empty")->has_value());
+}
+
 TEST_F(UnitStage, ReusingARunIdForAnotherBackendIsRefused) {
   CountingExecutor exec;
   UnitStageOptions options{.run_id = "r", .backend = "cpu", .progress = false};
