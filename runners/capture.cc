@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
+#include <torch/version.h>
 
 #include "runners/cost.h"
 #include "runners/dtype_map.h"
@@ -102,6 +103,33 @@ bool DescribeTensor(const at::Tensor& t, bool with_domain, TensorSpec* spec, std
   return true;
 }
 
+// libtorch 2.x passes SymInt arguments as SymInt IValues (concrete in
+// eager mode); 1.13 passes plain ints.
+bool IsSymInt(const c10::IValue& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return v.isSymInt();
+#else
+  (void)v;
+  return false;
+#endif
+}
+
+int64_t ToInt(const c10::IValue& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (v.isSymInt()) return v.toSymInt().expect_int();
+#endif
+  return v.toInt();
+}
+
+bool IsIntLike(const c10::IValue& list) {
+  const auto elements = list.toListRef();
+  if (elements.empty()) return false;
+  for (const c10::IValue& e : elements) {
+    if (!e.isInt() && !IsSymInt(e)) return false;
+  }
+  return true;
+}
+
 bool DescribeArgument(const c10::Argument& sarg, const c10::IValue& v, Argument* a, std::string* why) {
   a->name = sarg.name();
   if (v.isNone()) {
@@ -132,6 +160,10 @@ bool DescribeArgument(const c10::Argument& sarg, const c10::IValue& v, Argument*
   } else if (v.isBoolList()) {
     a->kind = Argument::Kind::kBoolList;
     for (bool b : v.toBoolList()) a->bools.push_back(b);
+  } else if (v.isList() && IsIntLike(v)) {
+    // SymInt[] (libtorch 2.x) with concrete values.
+    a->kind = Argument::Kind::kIntList;
+    for (const c10::IValue& e : v.toListRef()) a->ints.push_back(ToInt(e));
   } else if (v.isList()) {
     // Tensor?[] (e.g. aten::index.Tensor).
     a->kind = Argument::Kind::kTensorList;
@@ -147,9 +179,9 @@ bool DescribeArgument(const c10::Argument& sarg, const c10::IValue& v, Argument*
         return false;
       }
     }
-  } else if (v.isInt()) {
+  } else if (v.isInt() || IsSymInt(v)) {
     a->kind = Argument::Kind::kInt;
-    a->i = v.toInt();
+    a->i = ToInt(v);
   } else if (v.isDouble()) {
     a->kind = Argument::Kind::kDouble;
     a->d = v.toDouble();
