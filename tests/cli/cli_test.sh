@@ -91,5 +91,22 @@ check "still one result per case" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM re
 check "cost cap" run 0 "$BIN" -q --registry "$DB" run --stage=unit --run capped --max-case-flops 1e6 --warm 0
 check "cost cap reported" has "over the cost cap"
 
+# Ctrl-C stops after the current case; the same --run id resumes it.
+"$BIN" -q --registry "$DB" run --stage=unit --run interrupted --warm 400 >"$TMP/int.out" 2>&1 &
+pid=$!
+sleep 2
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+OUT=$(cat "$TMP/int.out")
+check "interrupt exits 130" test "$rc" -eq 130
+check "interrupt says how to resume" has "resume with --run interrupted"
+done_before=$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id='interrupted'")
+check "interrupted run is unfinished" test -z "$(sqlite3 "$DB" "SELECT finished_at FROM runs WHERE run_id='interrupted'")"
+check "resume after interrupt" run 0 "$BIN" -q --registry "$DB" run --stage=unit --run interrupted --warm 0
+check "resume skips what was done" has "$done_before already done (resumed)"
+check "resumed run has every case once" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id='interrupted'")" -eq "$n"
+check "resumed run is finished" test -n "$(sqlite3 "$DB" "SELECT finished_at FROM runs WHERE run_id='interrupted'")"
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
