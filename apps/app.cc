@@ -59,8 +59,8 @@ const std::atomic<bool>* InstallStopHandler() {
   return &g_stop;
 }
 
-Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& global, bool read_only) {
-  if (read_only && !std::filesystem::exists(global.registry_path)) {
+Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& global, bool read_only, bool create) {
+  if (!create && !std::filesystem::exists(global.registry_path)) {
     return Status::NotFound("no registry at '" + global.registry_path +
                             "'; create one with `coverage capture --registry " + global.registry_path +
                             "` or pass --registry");

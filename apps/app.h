@@ -41,9 +41,10 @@ Result<std::string> ReadFile(const std::string& path);
 // SIGINT/SIGTERM set the returned flag; a second SIGINT exits at once.
 const std::atomic<bool>* InstallStopHandler();
 
-// Opens the registry. For read-only use, a missing file is a clear error
-// that says how to create one.
-Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& global, bool read_only);
+// Opens the registry. Unless `create` (capture), a missing file is a clear
+// error that says how to create one, and no empty file is left behind.
+Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& global, bool read_only,
+                                                         bool create = false);
 
 std::string GitRevision(const std::string& home);
 std::string HostName();

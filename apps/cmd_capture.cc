@@ -76,7 +76,7 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   auto profiles = LoadProfiles(profiles_path, flags.only_profiles);
   if (!profiles) return ReportError(profiles.error());
   if (flags.max_gb <= 0) return ReportError(Status::InvalidArgument("--max-gb must be positive"));
-  auto reg = OpenRegistry(global, false);
+  auto reg = OpenRegistry(global, /*read_only=*/false, /*create=*/true);
   if (!reg) return ReportError(reg.error());
   ApplyHostSettings(global);
 

@@ -1,4 +1,7 @@
 // coverage: which real models run correctly on a PyTorch backend.
+#include <cstdio>
+#include <exception>
+
 #include <CLI/CLI.hpp>
 
 #include "apps/app.h"
@@ -31,6 +34,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);  // prints help/version (rc 0) or the parse error
     return rc == 0 ? 0 : kExitUsage;
+  } catch (const std::exception& e) {
+    // A bug, not bad input (that gets a Status): say so rather than abort.
+    std::fprintf(stderr, "coverage: internal error: %s\n", e.what());
+    return kExitUsage;
   }
   return global.exit_code;  // set by the subcommand's callback
 }

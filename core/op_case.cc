@@ -65,6 +65,20 @@ json TensorToJson(const TensorSpec& t) {
   return j;
 }
 
+// Optional fields with a type check: a wrong type is a Corruption naming the
+// field, never an exception.
+Result<int64_t> IntField(const json& j, const char* key, int64_t fallback, const std::string& what) {
+  if (!j.is_object() || !j.contains(key)) return fallback;
+  if (!j[key].is_number_integer()) return Status::Corruption(what + "." + key + ": expected an integer");
+  return j[key].get<int64_t>();
+}
+
+Result<std::string> StringField(const json& j, const char* key, const std::string& fallback, const std::string& what) {
+  if (!j.is_object() || !j.contains(key)) return fallback;
+  if (!j[key].is_string()) return Status::Corruption(what + "." + key + ": expected a string");
+  return j[key].get<std::string>();
+}
+
 Result<std::vector<int64_t>> IntsFromJson(const json& j, std::string_view what) {
   if (!j.is_array()) return Status::Corruption(std::string(what) + ": expected an array of integers");
   std::vector<int64_t> out;
@@ -92,18 +106,20 @@ Result<TensorSpec> TensorFromJson(const json& j, const std::string& what) {
   for (int64_t s : t.shape) {
     if (s < 0) return Status::Corruption(what + ".shape: negative size " + std::to_string(s));
   }
-  t.storage_offset = j.value("offset", int64_t{0});
+  COV_ASSIGN_OR_RETURN(t.storage_offset, IntField(j, "offset", 0, what));
+  if (t.storage_offset < 0) return Status::Corruption(what + ".offset: negative");
   if (j.contains("domain")) {
     const json& d = j["domain"];
-    std::string kind = d.value("kind", std::string("real"));
+    if (!d.is_object()) return Status::Corruption(what + ".domain: expected an object");
+    COV_ASSIGN_OR_RETURN(std::string kind, StringField(d, "kind", "real", what + ".domain"));
     bool found = false;
     for (auto [k, name] : kDomainNames) {
       if (name == kind) { t.domain.kind = k; found = true; }
     }
     if (!found) return Status::Corruption(what + ".domain.kind: unknown '" + kind + "'");
     if (t.domain.kind == ValueDomain::Kind::kInteger) {
-      t.domain.lo = d.value("lo", int64_t{0});
-      t.domain.hi = d.value("hi", int64_t{0});
+      COV_ASSIGN_OR_RETURN(t.domain.lo, IntField(d, "lo", 0, what + ".domain"));
+      COV_ASSIGN_OR_RETURN(t.domain.hi, IntField(d, "hi", 0, what + ".domain"));
       if (t.domain.hi <= t.domain.lo) {
         return Status::Corruption(what + ".domain: empty integer range [" + std::to_string(t.domain.lo) +
                                   ", " + std::to_string(t.domain.hi) + ")");
@@ -154,8 +170,8 @@ json ArgToJson(const Argument& a) {
 Result<Argument> ArgFromJson(const json& j, const std::string& what) {
   if (!j.is_object()) return Status::Corruption(what + ": expected an object");
   Argument a;
-  a.name = j.value("name", std::string());
-  std::string type = j.value("type", std::string());
+  COV_ASSIGN_OR_RETURN(a.name, StringField(j, "name", "", what));
+  COV_ASSIGN_OR_RETURN(std::string type, StringField(j, "type", "", what));
   bool found = false;
   for (auto [k, name] : kArgKindNames) {
     if (name == type) { a.kind = k; found = true; }
@@ -353,7 +369,7 @@ Result<OpCase> OpCase::FromJson(std::string_view text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::Corruption("op case JSON does not parse");
   if (!j.is_object()) return Status::Corruption("op case JSON: expected an object");
-  int version = j.value("v", 0);
+  COV_ASSIGN_OR_RETURN(int64_t version, IntField(j, "v", 0, "op case JSON"));
   if (version != kOpCaseVersion) {
     return Status::Corruption("op case JSON: version " + std::to_string(version) + " is not supported (expected " +
                               std::to_string(kOpCaseVersion) + ")");
@@ -361,7 +377,7 @@ Result<OpCase> OpCase::FromJson(std::string_view text) {
   OpCase c;
   if (!j.contains("op") || !j["op"].is_string()) return Status::Corruption("op case JSON: missing 'op'");
   c.op = j["op"].get<std::string>();
-  c.overload = j.value("overload", std::string());
+  COV_ASSIGN_OR_RETURN(c.overload, StringField(j, "overload", "", "op case JSON"));
   const json args = j.value("args", json());
   if (!args.is_array()) return Status::Corruption("op case JSON: 'args' must be an array");
   for (size_t i = 0; i < args.size(); ++i) {

@@ -50,6 +50,14 @@ Result<std::unique_ptr<Registry>> Registry::Open(const std::string& path, const 
                                ", newer than this build knows (" + std::to_string(LatestSchemaVersion()) +
                                "); upgrade coverage");
   }
+  if (version == 0) {
+    COV_ASSIGN_OR_RETURN(auto tables, db->Prepare("SELECT COUNT(*) FROM sqlite_master"));
+    COV_ASSIGN_OR_RETURN(bool row, tables.Step());
+    if (row && tables.Int(0) > 0) {
+      return Status::InvalidArgument("'" + path + "' is an SQLite database of something else (it has tables but no "
+                                     "coverage schema); it was left unchanged: choose another --registry");
+    }
+  }
   if (version < LatestSchemaVersion()) {
     if (options.read_only) {
       if (version == 0) return Status::NotFound("'" + path + "' is not a coverage registry (empty or new file)");
@@ -62,7 +70,11 @@ Result<std::unique_ptr<Registry>> Registry::Open(const std::string& path, const 
 }
 
 Status Registry::Begin() { return db_->Exec("BEGIN IMMEDIATE"); }
-Status Registry::Commit() { return db_->Exec("COMMIT"); }
+Status Registry::Commit() {
+  Status s = db_->Exec("COMMIT");
+  if (!s.ok()) db_->Exec("ROLLBACK").IgnoreError();
+  return s;
+}
 Status Registry::Rollback() { return db_->Exec("ROLLBACK"); }
 
 Status Registry::UpsertModel(const ModelRecord& model) {
@@ -102,6 +114,12 @@ Status Registry::AddCaseSource(int64_t case_id, const CaseSource& source) {
       "DO UPDATE SET call_count = case_sources.call_count + excluded.call_count"));
   stmt.Bind(1, case_id).Bind(2, source.model_id).Bind(3, source.module_path).Bind(4, source.call_site);
   stmt.Bind(5, source.profile).Bind(6, source.depth).Bind(7, source.call_count);
+  return stmt.Run();
+}
+
+Status Registry::ClearCaseSources(const std::string& model_id, const std::string& profile) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("DELETE FROM case_sources WHERE model_id = ?1 AND profile = ?2"));
+  stmt.Bind(1, model_id).Bind(2, profile);
   return stmt.Run();
 }
 

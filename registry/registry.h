@@ -121,6 +121,8 @@ class Registry {
   // Adds a provenance row or, for the same (case, model, module, profile,
   // depth), adds `call_count` to the existing one.
   Status AddCaseSource(int64_t case_id, const CaseSource& source);
+  // Removes the provenance of one (model, profile) pair, before recapturing it.
+  Status ClearCaseSources(const std::string& model_id, const std::string& profile);
 
   Result<std::vector<StoredCase>> FindCases(const CaseFilter& filter);
   Result<std::optional<StoredCase>> GetCaseByKey(const std::string& key);

@@ -96,11 +96,9 @@ template <typename Fn>
 Status InTransaction(Database& db, Fn&& body) {
   COV_RETURN_IF_ERROR(db.Exec("BEGIN IMMEDIATE"));
   Status s = body();
-  if (!s.ok()) {
-    db.Exec("ROLLBACK").IgnoreError();
-    return s;
-  }
-  return db.Exec("COMMIT");
+  if (s.ok()) s = db.Exec("COMMIT");
+  if (!s.ok()) db.Exec("ROLLBACK").IgnoreError();
+  return s;
 }
 
 }  // namespace coverage::registry

@@ -15,9 +15,14 @@ using nlohmann::json;
 
 // Reads an integer config field, trying aliases in order (GPT-2 style
 // configs say n_embd where Llama says hidden_size).
+// Every dimension read this way must be positive.
 Result<int64_t> Int(const BlockModel& m, std::initializer_list<const char*> names, std::optional<int64_t> fallback = {}) {
   for (const char* n : names) {
-    if (m.config.contains(n) && m.config[n].is_number_integer()) return m.config[n].get<int64_t>();
+    if (m.config.contains(n) && m.config[n].is_number_integer()) {
+      const int64_t v = m.config[n].get<int64_t>();
+      if (v <= 0) return Status::InvalidArgument(m.id + ": config.json '" + n + "' is " + std::to_string(v) + "; it must be positive");
+      return v;
+    }
   }
   if (fallback) return *fallback;
   std::string list;
@@ -78,7 +83,7 @@ Status RunDecoder(const BlockModel& m, const CaptureProfile& p, OpRecorder& rec)
   const double eps = Double(m, "rms_norm_eps", 1e-6);
   const double theta = Double(m, "rope_theta", 10000.0);
   const bool bias = Bool(m, "attention_bias", false);
-  const bool qk_norm = m.config.value("model_type", std::string()) == "qwen3";
+  const bool qk_norm = m.config.contains("model_type") && m.config["model_type"] == "qwen3";
   const bool tied = Bool(m, "tie_word_embeddings", false);
   const at::ScalarType dt = ToScalarType(p.dtype);
   const int64_t B = p.batch, S = p.seq_len, P = p.past_len, T = P + S, rep = heads / kv_heads;
@@ -310,7 +315,11 @@ Status RunConvnet(const BlockModel& m, const CaptureProfile& p, OpRecorder& rec)
   COV_ASSIGN_OR_RETURN(int64_t image, Int(m, {"image_size"}, 224));
   int64_t out = 256;
   if (m.config.contains("hidden_sizes") && m.config["hidden_sizes"].is_array() && !m.config["hidden_sizes"].empty()) {
-    out = m.config["hidden_sizes"][0].get<int64_t>();
+    const auto& first = m.config["hidden_sizes"][0];
+    if (!first.is_number_integer() || first.get<int64_t>() < 4) {
+      return Status::InvalidArgument(m.id + ": config.json 'hidden_sizes' must start with an integer >= 4");
+    }
+    out = first.get<int64_t>();
   }
   const int64_t reduction = 4, mid = out / reduction;
   const at::ScalarType dt = ToScalarType(p.dtype);
@@ -372,7 +381,7 @@ Result<BlockModel> ParseBlockModel(const json& line) {
     return Status::InvalidArgument(m.id + ": missing object field 'config'");
   }
   m.config = line["config"];
-  m.source = line.value("source", std::string());
+  m.source = line.contains("source") && line["source"].is_string() ? line["source"].get<std::string>() : "";
   return m;
 }
 
@@ -388,7 +397,10 @@ Result<std::vector<CaptureProfile>> ParseCaptureProfiles(const json& doc) {
     if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return Status::InvalidArgument(where + ": missing 'name'");
     p.name = j["name"].get<std::string>();
     if (!j.contains("families") || !j["families"].is_array()) return Status::InvalidArgument(where + " (" + p.name + "): missing 'families'");
-    for (const auto& f : j["families"]) p.families.push_back(f.get<std::string>());
+    for (const auto& f : j["families"]) {
+      if (!f.is_string()) return Status::InvalidArgument(where + " (" + p.name + "): 'families' must hold strings");
+      p.families.push_back(f.get<std::string>());
+    }
     for (const char* field : {"batch", "seq_len", "past_len"}) {
       if (j.contains(field) && (!j[field].is_number_integer() || j[field].get<int64_t>() < 0)) {
         return Status::InvalidArgument(where + " (" + p.name + "): '" + field + "' must be a non-negative integer");
@@ -398,6 +410,9 @@ Result<std::vector<CaptureProfile>> ParseCaptureProfiles(const json& doc) {
     p.seq_len = j.value("seq_len", int64_t{0});
     p.past_len = j.value("past_len", int64_t{0});
     if (p.batch < 1) return Status::InvalidArgument(where + " (" + p.name + "): 'batch' must be >= 1");
+    if (j.contains("dtype") && !j["dtype"].is_string()) {
+      return Status::InvalidArgument(where + " (" + p.name + "): 'dtype' must be a string such as \"f32\"");
+    }
     auto dt = DTypeFromName(j.value("dtype", std::string("f32")));
     if (!dt || !IsFloatingDType(*dt)) return Status::InvalidArgument(where + " (" + p.name + "): 'dtype' must be f32, f64, f16 or bf16");
     p.dtype = *dt;

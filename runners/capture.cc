@@ -9,6 +9,7 @@
 #include <ATen/record_function.h>
 #include <torch/version.h>
 
+#include "core/check.h"
 #include "runners/cost.h"
 #include "runners/dtype_map.h"
 
@@ -39,6 +40,31 @@ thread_local OpRecorder::State* tls_state = nullptr;
 
 int64_t FloorPow2(int64_t v) { return v <= 0 ? 0 : int64_t{1} << (63 - std::countl_zero(static_cast<uint64_t>(v))); }
 
+// Integer ranges are coarsened so that calls that only differ in their data
+// (token ids, positions) merge into one case, while every replayed value
+// stays valid where the real ones were (Note [Value domains]):
+//  * lo is 0 when the smallest value seen is 0, 1 when it is positive (a
+//    divisor stays non-zero), and -2^k >= the smallest when it is negative;
+//  * hi (exclusive) is the largest power of two <= max + 1, so values stay
+//    at or below the largest seen (an index stays inside its dimension).
+int64_t IntegerLow(int64_t mn) {
+  if (mn >= 0) return mn == 0 ? 0 : 1;
+  if (mn == std::numeric_limits<int64_t>::min()) return mn;
+  return -FloorPow2(-mn);
+}
+
+int64_t IntegerHigh(int64_t mx, int64_t lo) {
+  int64_t hi;
+  if (mx == std::numeric_limits<int64_t>::max()) {
+    hi = mx;
+  } else if (mx + 1 > 0) {
+    hi = FloorPow2(mx + 1);
+  } else {
+    hi = mx + 1;
+  }
+  return hi > lo ? hi : lo + 1;
+}
+
 // See Note [Value domains] in materialize.cc. Called with record functions
 // disabled: the min/max below are ATen calls themselves.
 ValueDomain DomainOf(const at::Tensor& t) {
@@ -51,12 +77,9 @@ ValueDomain DomainOf(const at::Tensor& t) {
   if (at::isIntegralType(t.scalar_type(), /*includeBool=*/false)) {
     const int64_t mn = t.min().item<int64_t>();
     const int64_t mx = t.max().item<int64_t>();
-    // Coarsen to a power-of-two range inside [mn, mx] so that calls that only
-    // differ in their data (token ids, positions) merge into one case.
     d.kind = ValueDomain::Kind::kInteger;
-    d.lo = mn >= 0 ? 0 : -FloorPow2(-mn);
-    d.hi = mx + 1 > 0 ? FloorPow2(mx + 1) : mx + 1;
-    if (d.hi <= d.lo) d.hi = d.lo + 1;
+    d.lo = IntegerLow(mn);
+    d.hi = IntegerHigh(mx, d.lo);
     return d;
   }
   const at::Tensor f = t.to(at::kFloat);
@@ -287,6 +310,7 @@ OpRecorder::~OpRecorder() { Stop(); }
 
 void OpRecorder::Start() {
   if (state_->recording) return;
+  COV_CHECK(tls_state == nullptr, "another OpRecorder is already recording on this thread");
   tls_state = state_.get();
   state_->recording = true;
   state_->handle = at::addThreadLocalCallback(at::RecordFunctionCallback(&OnStart, &OnEnd)

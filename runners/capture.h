@@ -9,7 +9,8 @@
 // with a count. Torch-free interface.
 //
 // Thread safety: an OpRecorder observes the thread that called Start() and
-// must be used from that thread only.
+// must be used from that thread only; one recorder records per thread at a
+// time (starting a second one is a programming error and aborts).
 #pragma once
 
 #include <cstdint>

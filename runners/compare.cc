@@ -51,7 +51,7 @@ bool SameDenseLayout(const at::Tensor& a, const at::Tensor& b) {
 // Partial results of one chunk of the scan; merged in chunk order.
 struct Stats {
   double max_abs = 0, max_rel = 0, dot = 0, nb = 0, nr = 0, backend_err = 0, ref_err = 0;
-  int64_t mismatched = 0, nonfinite = 0, first_bad = -1;
+  int64_t mismatched = 0, nonfinite = 0, first_bad = -1, first_nonfinite = -1;
 
   void Merge(const Stats& o) {
     max_abs = std::max(max_abs, o.max_abs);
@@ -64,6 +64,7 @@ struct Stats {
     mismatched += o.mismatched;
     nonfinite += o.nonfinite;
     if (first_bad < 0) first_bad = o.first_bad;
+    if (first_nonfinite < 0) first_nonfinite = o.first_nonfinite;
   }
 };
 
@@ -77,7 +78,7 @@ inline void ScanSlow(const B* bp, const R* rp, int64_t i, Tolerance tol, Stats& 
     const bool same = (std::isnan(bv) && std::isnan(rv)) || (std::isinf(bv) && std::isinf(rv) && (bv > 0) == (rv > 0));
     if (!same) {
       ++s.nonfinite;
-      if (s.first_bad < 0) s.first_bad = i;
+      if (s.first_nonfinite < 0) s.first_nonfinite = i;
     }
     return;
   }
@@ -213,7 +214,8 @@ TensorComparison CompareTensors(const at::Tensor& backend, const at::Tensor& ref
   if (s.nonfinite > 0) {
     r.outcome = Outcome::kNonFiniteMismatch;
     r.message = fmt::format("{} of {} elements differ in NaN/Inf from the reference (first at flat index {}: {} vs {})",
-                            s.nonfinite, n, s.first_bad, ValueAt(b, s.first_bad), ValueAt(ref, s.first_bad));
+                            s.nonfinite, n, s.first_nonfinite, ValueAt(b, s.first_nonfinite),
+                            ValueAt(ref, s.first_nonfinite));
     return r;
   }
   if (s.mismatched == 0) return r;

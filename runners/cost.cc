@@ -76,8 +76,11 @@ CostEstimate EstimateCost(const OpCase& c, const std::vector<TensorSpec>& output
   if ((op == "aten::mm" || op == "aten::matmul" || op == "aten::bmm") && a && b && !a->shape.empty() && !b->shape.empty()) {
     // out has the batch and M, N dims; K is the contracted dim of `a`.
     e.flops = 2.0 * out_numel * static_cast<double>(a->shape.back());
-  } else if ((op == "aten::addmm" || op == "aten::baddbmm" || op == "aten::addbmm") && b && !b->shape.empty()) {
+  } else if ((op == "aten::addmm" || op == "aten::baddbmm") && b && !b->shape.empty()) {
     e.flops = 2.0 * out_numel * static_cast<double>(b->shape.back()) + out_numel;
+  } else if (op == "aten::addbmm" && b && b->shape.size() == 3) {
+    // batch1 [B, N, M] x batch2 [B, M, P] summed over B into [N, P].
+    e.flops = 2.0 * out_numel * static_cast<double>(b->shape[0] * b->shape[2]) + out_numel;
   } else if (op == "aten::linear" && a && b && !a->shape.empty()) {
     e.flops = 2.0 * out_numel * static_cast<double>(a->shape.back());
   } else if ((op == "aten::conv1d" || op == "aten::conv2d" || op == "aten::conv3d" || op == "aten::convolution" ||

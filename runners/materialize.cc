@@ -25,7 +25,8 @@ namespace {
 //    <= i + cols - rows), so softmax rows never become all -inf. A mask
 //    recorded with non-contiguous strides is replayed as zeros (no masking).
 //  * Integer tensors are drawn uniformly from [lo, hi), the coarsened range
-//    recorded at capture (a subset of the values really seen). On top of
+//    recorded at capture (runners/capture.cc: zero only where zero was seen,
+//    never above the largest value seen). On top of
 //    that, ops whose integer argument indexes a dimension clamp the range to
 //    that dimension's size (IndexRules below), so index tensors always lie
 //    inside the indexed dimension even for hand-written cases.
@@ -311,14 +312,17 @@ at::Tensor MaterializedCase::MakeView(int id, c10::Device device, bool fresh, bo
 }
 
 Status MaterializedCase::VerifyReadOnlyInputs() {
+  std::string changed;
   for (auto& in : tensors_) {
     if (!in.shared_with_backend) continue;
     if (Fingerprint(in.base) == in.fingerprint) continue;
+    // Every changed storage leaves the cache, so no later case reads it.
     if (cache_ptr_ && !in.cache_key.empty()) cache_ptr_->Evict(in.cache_key);
-    return Status::InvalidArgument("the backend wrote into argument '" + in.arg_name +
-                                   "', which the schema of " + op_case_.QualifiedName() + " marks read-only");
+    changed += (changed.empty() ? "'" : ", '") + in.arg_name + "'";
   }
-  return Status::Ok();
+  if (changed.empty()) return Status::Ok();
+  return Status::InvalidArgument("the backend wrote into argument " + changed + ", which the schema of " +
+                                 op_case_.QualifiedName() + " marks read-only");
 }
 
 Result<std::vector<c10::IValue>> MaterializedCase::Build(c10::Device device, bool to_double, bool verify) {

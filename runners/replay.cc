@@ -127,6 +127,19 @@ ReplayExecutor::ReplayExecutor(std::shared_ptr<Backend> backend, ReplayOptions o
 ReplayExecutor::~ReplayExecutor() = default;
 
 CaseResult ReplayExecutor::Run(const OpCase& op_case) {
+  // Backend failures are handled inside RunCase; anything escaping it is a
+  // harness bug, recorded as an error of the case rather than ending the run.
+  try {
+    return RunCase(op_case);
+  } catch (const std::exception& e) {
+    CaseResult res;
+    res.outcome = Outcome::kError;
+    res.error = "internal error in coverage while replaying this case: " + FirstLine(e.what());
+    return res;
+  }
+}
+
+CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   const auto t_start = Clock::now();
   CaseResult res;
   auto finish = [&]() -> CaseResult {
@@ -220,15 +233,14 @@ CaseResult ReplayExecutor::Run(const OpCase& op_case) {
         warm.push_back(us);
       }
     }
-  } catch (const c10::Error& e) {
-    const std::string msg = FirstLine(e.what_without_backtrace());
-    res.outcome = LooksUnsupported(msg) ? Outcome::kUnsupported : Outcome::kError;
-    res.error = msg;
-    return finish();
   } catch (const std::exception& e) {
-    const std::string msg = FirstLine(e.what());
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const std::string msg = FirstLine(c10_error ? c10_error->what_without_backtrace() : e.what());
     res.outcome = LooksUnsupported(msg) ? Outcome::kUnsupported : Outcome::kError;
     res.error = msg;
+    // A backend may have written into shared inputs before it failed: check
+    // them now so that no damaged input stays cached for later cases.
+    if (Status intact = m.VerifyReadOnlyInputs(); !intact.ok()) res.error += "; " + intact.message();
     return finish();
   }
   if (Status intact = m.VerifyReadOnlyInputs(); !intact.ok()) {
@@ -295,25 +307,29 @@ CaseResult ReplayExecutor::Run(const OpCase& op_case) {
         }
         d["values_compared"] = c.values_compared;
         d["golden"] = gt.defined();
-      } else if (r.isTensor() != b.isTensor()) {
+      } else if (r.isTensor() != b.isTensor() || r.isNone() != b.isNone()) {
         o = Outcome::kDtypeMismatch;
         why = fmt::format("backend returned {}, reference {}", b.tagKind(), r.tagKind());
-      } else if (r.isNone() && b.isNone()) {
+      } else if (r.isNone()) {
         o = Outcome::kPass;
-      } else if (r.isDouble() || b.isDouble()) {
-        const double rv = r.isDouble() ? r.toDouble() : static_cast<double>(r.toInt());
-        const double bv = b.isDouble() ? b.toDouble() : static_cast<double>(b.toInt());
+      } else if ((r.isDouble() || r.isInt() || r.isBool()) && (b.isDouble() || b.isInt() || b.isBool())) {
+        auto number = [](const c10::IValue& v) {
+          return v.isDouble() ? v.toDouble() : v.isInt() ? static_cast<double>(v.toInt()) : (v.toBool() ? 1.0 : 0.0);
+        };
+        const double rv = number(r), bv = number(b);
+        const bool exact = !r.isDouble();
         const Tolerance t = options_.comparison.For(op_case.op, op_case.overload, DType::kFloat64);
-        if (!(std::fabs(bv - rv) <= t.atol + t.rtol * std::fabs(rv))) {
+        const bool close = exact ? bv == rv : std::fabs(bv - rv) <= t.atol + t.rtol * std::fabs(rv);
+        if (!close && !(std::isnan(bv) && std::isnan(rv))) {
           o = Outcome::kMismatch;
           why = fmt::format("scalar {} != reference {}", bv, rv);
         }
-      } else if (r.isInt() || r.isBool()) {
-        if (!(r == b)) {
-          o = Outcome::kMismatch;
-          why = fmt::format("scalar {} != reference {}", b.isBool() ? (b.toBool() ? 1 : 0) : b.toInt(),
-                            r.isBool() ? (r.toBool() ? 1 : 0) : r.toInt());
-        }
+      } else if (r.tagKind() != b.tagKind()) {
+        o = Outcome::kDtypeMismatch;
+        why = fmt::format("backend returned {}, reference {}", b.tagKind(), r.tagKind());
+      } else if (!(r == b)) {  // complex numbers, strings: exact
+        o = Outcome::kMismatch;
+        why = fmt::format("backend returned a different {} than the reference", r.tagKind());
       }
       d["outcome"] = OutcomeName(o);
       if (!why.empty()) d["message"] = why;

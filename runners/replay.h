@@ -57,6 +57,7 @@ class ReplayExecutor final : public CaseExecutor {
   CaseResult Run(const OpCase& op_case) override;
 
  private:
+  CaseResult RunCase(const OpCase& op_case);
   std::shared_ptr<Backend> backend_;
   ReplayOptions options_;
   std::unique_ptr<InputCache> cache_;

@@ -61,8 +61,11 @@ Result<CaptureStageSummary> RunCaptureStage(registry::Registry& registry, const 
     std::unordered_set<std::string> keys;
     COV_RETURN_IF_ERROR(registry.Begin());
     Status s = [&]() -> Status {
-      COV_RETURN_IF_ERROR(registry.UpsertModel({model.id, model.config.value("model_type", std::string()),
-                                                model.source, model.config.dump()}));
+      const auto& type = model.config.contains("model_type") ? model.config["model_type"] : nlohmann::json();
+      COV_RETURN_IF_ERROR(registry.UpsertModel(
+          {model.id, type.is_string() ? type.get<std::string>() : std::string(), model.source, model.config.dump()}));
+      // A recapture replaces the pair's provenance instead of adding to it.
+      COV_RETURN_IF_ERROR(registry.ClearCaseSources(model.id, profile.name));
       for (const auto& call : calls) {
         COV_ASSIGN_OR_RETURN(int64_t case_id, registry.UpsertCase(call.op_case, {call.flops, call.bytes}));
         registry::CaseSource src;

@@ -1,5 +1,7 @@
 #include "stages/unit_stage.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cctype>
 #include <ctime>
@@ -63,7 +65,10 @@ std::string NowIso8601() { return FormatTime("%Y-%m-%dT%H:%M:%SZ"); }
 std::string NewRunId(const std::string& backend, const std::string& stage) {
   std::string safe;
   for (char c : backend) safe.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-  return FormatTime("%Y%m%dT%H%M%SZ") + "-" + safe + "-" + stage;
+  // Milliseconds and the process id keep two runs started in one second apart.
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch()).count() % 1000;
+  return FormatTime("%Y%m%dT%H%M%S") + fmt::format("{:03d}Z-{}-{}-{}", ms, safe, stage, getpid());
 }
 
 Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::CaseExecutor& executor,

@@ -70,7 +70,8 @@ struct UnitStageSummary {
 Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::CaseExecutor& executor,
                                       const UnitStageOptions& options);
 
-// "20261130T014233Z-cpu-unit" style ids.
+// "20261130T014233512Z-cpu-unit-4242" style ids (UTC time to the
+// millisecond, backend, stage, process id).
 std::string NewRunId(const std::string& backend, const std::string& stage);
 std::string NowIso8601();
 

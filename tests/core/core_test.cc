@@ -135,6 +135,13 @@ TEST(OpCase, BadJsonNamesTheField) {
   ASSERT_FALSE(bad_version.has_value());
   EXPECT_NE(bad_version.error().message().find("version 99"), std::string::npos);
   EXPECT_FALSE(OpCase::FromJson("{not json").has_value());
+  auto wrong_type = OpCase::FromJson(
+      R"({"v":1,"op":"aten::mm","overload":"","args":[{"name":"self","type":"tensor","tensor":{"dtype":"f32","shape":[2],"strides":[1],"offset":"0"}}]})");
+  ASSERT_FALSE(wrong_type.has_value());
+  EXPECT_NE(wrong_type.error().message().find("offset: expected an integer"), std::string::npos)
+      << wrong_type.error().message();
+  EXPECT_FALSE(OpCase::FromJson(R"({"v":"1","op":"aten::mm"})").has_value());
+  EXPECT_FALSE(OpCase::FromJson(R"({"v":1,"op":"aten::mm","overload":3,"args":[]})").has_value());
   auto mismatch = OpCase::FromJson(
       R"({"v":1,"op":"aten::mm","overload":"","args":[{"name":"self","type":"tensor","tensor":{"dtype":"f32","shape":[2,3],"strides":[1]}}]})");
   ASSERT_FALSE(mismatch.has_value());

@@ -79,7 +79,7 @@ TEST(Capture, IntegerInputsGetACoarsenedRangeInsideTheValuesSeen) {
   OpRecorder rec;
   rec.Start();
   (void)at::embedding(table, at::tensor({3, 999, 17}, at::kLong));
-  (void)at::embedding(table, at::tensor({5, 998, 0}, at::kLong));  // different ids, same case
+  (void)at::embedding(table, at::tensor({5, 998, 1}, at::kLong));  // different ids, same case
   rec.Stop();
   auto calls = rec.TakeCalls();
   const CapturedCall* emb = Find(calls, "aten::embedding");
@@ -87,8 +87,30 @@ TEST(Capture, IntegerInputsGetACoarsenedRangeInsideTheValuesSeen) {
   EXPECT_EQ(emb->count, 2);
   const ValueDomain& d = emb->op_case.args[1].tensor.domain;
   EXPECT_EQ(d.kind, ValueDomain::Kind::kInteger);
-  EXPECT_EQ(d.lo, 0);
+  EXPECT_EQ(d.lo, 1);    // no zero was seen
   EXPECT_EQ(d.hi, 512);  // largest power of two <= max+1
+}
+
+TEST(Capture, PositiveIntegerDivisorsAreNeverReplayedAsZero) {
+  OpRecorder rec;
+  rec.Start();
+  (void)at::remainder(at::arange(100, at::kLong), at::tensor({3, 5, 8}, at::kLong).repeat({34}).narrow(0, 0, 100));
+  rec.Stop();
+  auto calls = rec.TakeCalls();
+  const CapturedCall* rem = Find(calls, "aten::remainder.Tensor");
+  ASSERT_NE(rem, nullptr);
+  EXPECT_GE(rem->op_case.args[1].tensor.domain.lo, 1);
+}
+
+void StartTwoRecorders() {
+  OpRecorder outer;
+  OpRecorder inner;
+  outer.Start();
+  inner.Start();
+}
+
+TEST(Capture, ASecondRecorderOnTheSameThreadIsAProgrammingError) {
+  EXPECT_DEATH(StartTwoRecorders(), "already recording");
 }
 
 TEST(Capture, CausalMaskIsRecognised) {
