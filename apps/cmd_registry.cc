@@ -36,7 +36,8 @@ void AddFilterFlags(CLI::App* cmd, FilterFlags& f) {
   cmd->add_option("--model", f.model, "Source model id; * and ? are wildcards (e.g. 'Qwen/*')");
   cmd->add_option("--dtype", f.dtype, "A tensor argument has this dtype (f32, bf16, f16, f64, i64, b8, ...)");
   cmd->add_option("--dim", f.dims,
-                  "Dimension predicate, ARG[IDX] OP N or ARG.rank OP N; ARG is an argument name or *; e.g. "
+                  "Dimension predicate, ARG[IDX] OP N or ARG.rank OP N; ARG is a tensor argument's name or * "
+                  "(items of tensor lists are not matched); e.g. "
                   "'self[-1]>=4096', '*.rank==4' (repeatable: all must hold)");
   cmd->add_option("--min-flops", f.min_flops, "Estimated FLOPs at least");
   cmd->add_option("--max-flops", f.max_flops, "Estimated FLOPs at most");

@@ -7,6 +7,7 @@
 
 #include "apps/app.h"
 #include "apps/table.h"
+#include "core/sha256.h"
 #include "registry/registry.h"
 #include "runners/backends.h"
 #include "runners/replay.h"
@@ -100,10 +101,15 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   options.max_case_flops = flags.max_case_flops;
   options.progress = !global.quiet;
   options.stop = InstallStopHandler();
-  nlohmann::json config = {{"stage", flags.stage},       {"backend", flags.backend},  {"ops", flags.ops},
-                           {"model", flags.model},       {"dtype", flags.dtype},      {"dims", flags.dims},
-                           {"profile", flags.profile},   {"warm", flags.warm},        {"golden", flags.golden},
-                           {"seed", flags.seed},         {"tolerances", tol_path}};
+  // "replay" holds what changes results; resuming a run with other values is refused.
+  nlohmann::json config = {
+      {"stage", flags.stage},
+      {"backend", flags.backend},
+      {"filters", {{"ops", flags.ops}, {"model", flags.model}, {"dtype", flags.dtype}, {"dims", flags.dims},
+                   {"profile", flags.profile}}},
+      {"warm", flags.warm},
+      {"tolerances", tol_path},
+      {"replay", {{"golden", flags.golden}, {"seed", flags.seed}, {"tolerances_sha256", Sha256Hex(*tol_text)}}}};
   if (flags.max_case_flops) config["max_case_flops"] = *flags.max_case_flops;
   options.config_json = config.dump();
 

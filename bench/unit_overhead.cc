@@ -80,6 +80,10 @@ int main(int argc, char** argv) {
   int64_t cache_mb = -1;
   int threads = 0;
   bool verify_inputs = false;
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "flags take one value each: --flag VALUE\n");
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--registry") path = argv[i + 1];

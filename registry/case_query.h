@@ -15,7 +15,8 @@ namespace coverage::registry {
 // A predicate on the dimensions of tensor arguments, written
 //   ARG[IDX] OP N     e.g. "self[-1]>=4096", "*[0]==1"
 //   ARG.rank OP N     e.g. "input.rank==4"
-// ARG is a schema argument name or "*" for any tensor argument; IDX may be
+// ARG is a schema argument name or "*" for any tensor argument (items of
+// tensor lists are not matched); IDX may be
 // negative (counted from the last dimension); OP is one of == != < <= > >=.
 struct DimPredicate {
   std::string arg;                 // "*" matches any tensor argument

@@ -300,7 +300,7 @@ Status Registry::FinishRun(const std::string& run_id, const std::string& finishe
 }
 
 Result<std::unordered_set<int64_t>> Registry::FinishedCaseIds(const std::string& run_id) {
-  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT case_id FROM results WHERE run_id = ?1"));
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT case_id FROM results WHERE run_id = ?1 AND outcome != 'skipped'"));
   stmt.Bind(1, run_id);
   std::unordered_set<int64_t> out;
   for (;;) {

@@ -140,7 +140,8 @@ class Registry {
   Result<std::optional<RunRecord>> GetRun(const std::string& run_id);
   Status FinishRun(const std::string& run_id, const std::string& finished_at);
 
-  // Case ids that already have a result in this run.
+  // Case ids that already have a final result in this run: anything but
+  // `skipped`, which a resumed run retries.
   Result<std::unordered_set<int64_t>> FinishedCaseIds(const std::string& run_id);
   Status RecordResult(const ResultRecord& result);
   Result<std::vector<ResultRecord>> ResultsForRun(const std::string& run_id);

@@ -88,7 +88,15 @@ Result<ComparisonOptions> ComparisonOptions::FromJson(std::string_view text, std
         ov.tolerances = o.tolerances;  // partial overrides start from the defaults
         ov.multipliers = o.multipliers;
         json dtypes = table;
-        if (table.is_object() && table.contains("dtypes")) dtypes = table["dtypes"];
+        if (table.is_object() && table.contains("dtypes")) {
+          for (const auto& [field, v] : table.items()) {
+            if (field == "dtypes" || field == "comment") continue;
+            if (field == "reason" && v.is_string()) continue;
+            return Status::InvalidArgument(src + ": ops." + op + ": unknown field '" + field +
+                                           "' (expected dtypes, reason, comment)");
+          }
+          dtypes = table["dtypes"];
+        }
         COV_RETURN_IF_ERROR(ParseDTypeTable(dtypes, src + ": ops." + op, &ov.tolerances, &ov.multipliers));
         o.per_op[op] = std::move(ov);
       }

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/progress.h"
 #include "registry/registry.h"
@@ -43,6 +44,20 @@ registry::ResultRecord ToRecord(const std::string& run_id, int64_t case_id, cons
                                 r.timing.materialize_us, r.timing.golden_us, r.timing.reference_us, r.timing.backend_us,
                                 r.timing.compare_us, r.timing.total_us, r.detail_json.empty() ? "null" : r.detail_json);
   return rec;
+}
+
+// Results of one run must come from one way of judging them: resuming with
+// other replay options (golden mode, seed, tolerances, ...) is refused.
+Status CheckSameReplayConfig(const registry::RunRecord& stored, const UnitStageOptions& options) {
+  auto replay_of = [](const std::string& text) {
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    return j.is_object() && j.contains("replay") ? j["replay"] : nlohmann::json();
+  };
+  const nlohmann::json before = replay_of(stored.config_json), now = replay_of(options.config_json);
+  if (before == now) return Status::Ok();
+  return Status::InvalidArgument("run '" + stored.run_id + "' was started with replay options " + before.dump() +
+                                 "; resuming it with " + now.dump() +
+                                 " would mix results judged differently (pass the same options or a new --run id)");
 }
 
 }  // namespace
@@ -93,7 +108,7 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
   run.git_revision = options.git_revision;
   run.config_json = options.config_json;
   COV_ASSIGN_OR_RETURN(auto stored_run, registry.CreateOrResumeRun(run, &summary.resumed));
-  (void)stored_run;
+  if (summary.resumed) COV_RETURN_IF_ERROR(CheckSameReplayConfig(stored_run, options));
 
   COV_ASSIGN_OR_RETURN(auto finished, registry.FinishedCaseIds(summary.run_id));
   summary.planned = static_cast<int64_t>(cases.size());

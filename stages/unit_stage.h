@@ -3,7 +3,9 @@
 // known, so an interrupted run loses at most the case in flight.
 //
 // Resuming: running again with the same run id skips the cases that already
-// have a result in that run (no rerun, no duplicate rows).
+// have a final result in that run (no rerun, no duplicate rows); cases
+// recorded as skipped are retried, since a cost cap or the data may have
+// changed. Resuming with other replay options is refused.
 //
 // The loop talks to a runners::CaseExecutor and stores CaseResults, which
 // have a JSON form: moving execution into worker processes later changes the
@@ -36,7 +38,8 @@ struct UnitStageOptions {
   std::string libtorch_version;
   std::string host;
   std::string git_revision;
-  std::string config_json;              // effective options, stored with the run
+  std::string config_json;              // effective options, stored with the run; its "replay"
+                                        // member (what changes results) must match on resume
   registry::CaseFilter filter;          // which cases to plan
   std::optional<double> max_case_flops; // costlier cases are recorded as skipped
   bool progress = true;

@@ -41,6 +41,9 @@ check "capture stored cases" test "$n" -gt 5
 check "recapture skips what is done" run 0 "$BIN" -q --registry "$DB" capture --model microsoft/resnet-50
 check "recapture says so" has "1 already captured"
 check "recapture adds nothing" test "$(cases)" -eq "$n"
+calls=$(sqlite3 "$DB" "SELECT SUM(call_count) FROM case_sources")
+check "forced recapture" run 0 "$BIN" -q --registry "$DB" capture --model microsoft/resnet-50 --force
+check "forced recapture replaces provenance" test "$(sqlite3 "$DB" "SELECT SUM(call_count) FROM case_sources")" -eq "$calls"
 
 check "stats table" run 0 "$BIN" --registry "$DB" registry stats
 check "stats names ops" has "aten::conv2d"
@@ -77,6 +80,12 @@ printf 'not a database, just text that is long enough to have a header-sized pre
 check "a foreign file is not taken for a registry" run 2 "$BIN" --registry "$TMP/text.db" registry stats
 check "a foreign file is named" has "is not an SQLite database"
 check "a foreign file is left unchanged" grep -q "^not a database" "$TMP/text.db"
+sqlite3 "$TMP/other.db" "CREATE TABLE notes(x TEXT); INSERT INTO notes VALUES ('keep me');"
+check "another application's database is refused" run 2 "$BIN" --registry "$TMP/other.db" capture --model microsoft/resnet-50
+check "another application's database is named" has "SQLite database of something else"
+check "another application's database is untouched" test "$(sqlite3 "$TMP/other.db" "SELECT COUNT(*) FROM sqlite_master")" -eq 1
+check "run on a missing registry" run 2 "$BIN" --registry "$TMP/typo.db" run --stage=unit
+check "run leaves no empty file behind" test ! -e "$TMP/typo.db"
 check "failed commands lost nothing" test "$(cases)" -eq "$n"
 
 check "filter matching nothing is an error" run 2 "$BIN" --registry "$DB" run --stage=unit --op no_such_op
@@ -88,6 +97,8 @@ check "one result per case" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results 
 check "resume runs nothing twice" run 0 "$BIN" -q --registry "$DB" run --stage=unit --run first
 check "resume reports finished cases" has "$n already done (resumed), 0 run now"
 check "still one result per case" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id='first'")" -eq "$n"
+check "resume with other seed is refused" run 2 "$BIN" -q --registry "$DB" run --stage=unit --run first --seed 7
+check "refusal explains" has "would mix results judged differently"
 check "cost cap" run 0 "$BIN" -q --registry "$DB" run --stage=unit --run capped --max-case-flops 1e6 --warm 0
 check "cost cap reported" has "over the cost cap"
 

@@ -217,7 +217,8 @@ TEST(ComparisonOptions, ConfigOverridesDefaultsPerDtypeAndOp) {
 
 TEST(ComparisonOptions, BadConfigNamesTheKey) {
   for (const char* bad : {R"({"dtypes": {"f33": {"rtol": 1}}})", R"({"dtypes": {"f32": {"rtol": -1}}})",
-                          R"({"ops": {"softmax": {}}})", R"({"typo": 1})", "not json"}) {
+                          R"({"ops": {"softmax": {}}})", R"({"typo": 1})", "not json",
+                          R"({"ops": {"aten::relu": {"dtypes": {"f32": {"rtol": 1}}, "typo": 3}}})"}) {
     auto o = ComparisonOptions::FromJson(bad, "configs/tolerances.json");
     ASSERT_FALSE(o.has_value()) << bad;
     EXPECT_NE(o.error().message().find("configs/tolerances.json"), std::string::npos);

@@ -102,6 +102,30 @@ TEST_F(UnitStage, CostCapRecordsSkippedCasesWithTheReason) {
   EXPECT_NE(q->rows[0][0].find("--max-case-flops"), std::string::npos);
 }
 
+TEST_F(UnitStage, ResumeRetriesCasesSkippedByAnEarlierCostCap) {
+  CountingExecutor first;
+  UnitStageOptions options{.run_id = "grow", .max_case_flops = 100.0, .progress = false};
+  ASSERT_TRUE(RunUnitStage(*reg_, first, options).has_value());
+  EXPECT_EQ(first.runs, 7);
+  CountingExecutor second;
+  options.max_case_flops.reset();
+  auto s = RunUnitStage(*reg_, second, options);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(second.runs, 3);  // only the three that were over the cap
+  EXPECT_EQ(s->totals.counts[Outcome::kPass], 10);
+  EXPECT_EQ(ResultRows("grow"), 10);
+}
+
+TEST_F(UnitStage, ResumingWithOtherReplayOptionsIsRefused) {
+  CountingExecutor exec;
+  UnitStageOptions options{.run_id = "judged", .config_json = R"({"replay":{"golden":"auto"}})", .progress = false};
+  ASSERT_TRUE(RunUnitStage(*reg_, exec, options).has_value());
+  options.config_json = R"({"replay":{"golden":"never"}})";
+  auto s = RunUnitStage(*reg_, exec, options);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message().find("\"never\""), std::string::npos) << s.error().message();
+}
+
 TEST_F(UnitStage, FaultyBackendFailsExactlyTheAffectedCases) {
   auto fake = std::make_shared<testing::FakeBackend>();
   fake->add_offset["aten::mul.Tensor"] = 1.0;
