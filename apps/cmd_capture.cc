@@ -97,6 +97,10 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   std::printf("  %lld calls recorded, %lld distinct cases in them, %lld new; registry now holds %lld cases\n",
               static_cast<long long>(summary->calls), static_cast<long long>(summary->cases_seen),
               static_cast<long long>(summary->cases_new), static_cast<long long>(summary->cases_total));
+  if (summary->cases_pruned > 0) {
+    std::printf("  %lld cases no longer produced by any capture were removed\n",
+                static_cast<long long>(summary->cases_pruned));
+  }
   for (const auto& r : summary->refusals) std::printf("  refused: %s\n", r.c_str());
   for (const auto& [why, n] : summary->uncaptured) {
     std::printf("  not captured (%lld calls): %s\n", static_cast<long long>(n), why.c_str());

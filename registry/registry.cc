@@ -123,6 +123,13 @@ Status Registry::ClearCaseSources(const std::string& model_id, const std::string
   return stmt.Run();
 }
 
+Result<int64_t> Registry::PruneOrphanCases() {
+  COV_RETURN_IF_ERROR(db_->Exec(
+      "DELETE FROM op_cases WHERE NOT EXISTS (SELECT 1 FROM case_sources s WHERE s.case_id = op_cases.case_id) "
+      "AND NOT EXISTS (SELECT 1 FROM results r WHERE r.case_id = op_cases.case_id)"));
+  return static_cast<int64_t>(db_->Changes());
+}
+
 Result<std::vector<StoredCase>> Registry::FindCases(const CaseFilter& filter) {
   std::string sql =
       "SELECT c.case_id, c.key, c.case_json, c.flops, c.bytes, "

@@ -123,6 +123,9 @@ class Registry {
   Status AddCaseSource(int64_t case_id, const CaseSource& source);
   // Removes the provenance of one (model, profile) pair, before recapturing it.
   Status ClearCaseSources(const std::string& model_id, const std::string& profile);
+  // Deletes cases that no capture produces any more and no run has a result
+  // for (left behind by recaptures); returns how many.
+  Result<int64_t> PruneOrphanCases();
 
   Result<std::vector<StoredCase>> FindCases(const CaseFilter& filter);
   Result<std::optional<StoredCase>> GetCaseByKey(const std::string& key);

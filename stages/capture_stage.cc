@@ -93,8 +93,9 @@ Result<CaptureStageSummary> RunCaptureStage(registry::Registry& registry, const 
   }
   progress.Update(static_cast<int64_t>(pairs.size()));
   progress.Finish();
+  COV_ASSIGN_OR_RETURN(summary.cases_pruned, registry.PruneOrphanCases());
   COV_ASSIGN_OR_RETURN(summary.cases_total, registry.CountCases());
-  summary.cases_new = summary.cases_total - before;
+  summary.cases_new = summary.cases_total - before + summary.cases_pruned;
   return summary;
 }
 

@@ -42,6 +42,7 @@ struct CaptureStageSummary {
   int64_t calls = 0;           // recorded calls (before merging)
   int64_t cases_seen = 0;      // distinct cases in the captured pairs
   int64_t cases_new = 0;       // cases the registry did not have
+  int64_t cases_pruned = 0;    // cases no capture produces any more (recaptures), without results
   int64_t cases_total = 0;     // cases in the registry afterwards
   bool interrupted = false;
   std::vector<std::string> refusals;            // one line each, with the reason

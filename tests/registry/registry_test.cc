@@ -90,6 +90,21 @@ TEST(Registry, SourcesOfIdenticalCallsAddUpTheirCounts) {
   EXPECT_EQ((*cases)[0].models, "org/model");
 }
 
+TEST(Registry, PruningKeepsCasesWithSourcesOrResults) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  int64_t sourced = *r->UpsertCase(MmCase(2, 2, 2), {});
+  int64_t judged = *r->UpsertCase(MmCase(3, 3, 3), {});
+  int64_t orphan = *r->UpsertCase(MmCase(4, 4, 4), {});
+  ASSERT_TRUE(r->AddCaseSource(sourced, {"m/a", "x", "", "p", 0, 1}).ok());
+  ASSERT_TRUE(r->CreateOrResumeRun({.run_id = "r", .stage = "unit", .backend = "cpu", .started_at = "t"}, nullptr));
+  ASSERT_TRUE(r->RecordResult({.run_id = "r", .case_id = judged, .outcome = Outcome::kPass}).ok());
+  EXPECT_EQ(*r->PruneOrphanCases(), 1);
+  EXPECT_FALSE((*r->GetCaseByKey(MmCase(4, 4, 4).Key())).has_value());
+  EXPECT_EQ(*r->CountCases(), 2);
+  (void)orphan;
+}
+
 class RegistryQuery : public ::testing::Test {
  protected:
   void SetUp() override {
