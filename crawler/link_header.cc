@@ -2,23 +2,13 @@
 
 #include <cctype>
 
+#include "crawler/text.h"
+
 namespace coverage::crawler {
 namespace {
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
 bool IsHttpUrl(std::string_view url) {
   return url.substr(0, 7) == "http://" || url.substr(0, 8) == "https://";
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 }  // namespace

@@ -6,14 +6,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "crawler/text.h"
+
 namespace coverage::crawler {
 namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 std::optional<int64_t> ParseNonNegative(std::string_view s) {
   s = Trim(s);
