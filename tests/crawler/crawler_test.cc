@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "crawler/http_client.h"
+#include "crawler/hub_model.h"
 #include "crawler/link_header.h"
 #include "crawler/model_id.h"
 #include "crawler/retry.h"
@@ -132,6 +133,86 @@ TEST(HttpResponse, HeaderLookupIgnoresCase) {
   r.headers.emplace("link", "<https://h/n>; rel=\"next\"");
   EXPECT_EQ(r.Header("Link"), "<https://h/n>; rel=\"next\"");
   EXPECT_EQ(r.Header("Retry-After"), "");
+}
+
+}  // namespace
+}  // namespace coverage::crawler
+
+namespace coverage::crawler {
+namespace {
+
+// Fields as the Hub sends them (a recorded /api/models/google-bert/bert-base-uncased
+// body, trimmed; shared/data/hub/api_samples).
+constexpr const char* kBertEntry = R"({
+  "_id": "621ffdc036468d709f174338", "id": "google-bert/bert-base-uncased",
+  "modelId": "google-bert/bert-base-uncased", "author": "google-bert",
+  "sha": "86b5e0934494bd15c9632b12f734a8a67f723594", "private": false, "gated": false,
+  "disabled": false, "downloads": 54412386, "likes": 2238,
+  "tags": ["transformers", "pytorch", "bert", "fill-mask", "en"], "pipeline_tag": "fill-mask",
+  "library_name": "transformers", "createdAt": "2022-03-02T23:29:04.000Z",
+  "lastModified": "2024-02-19T11:06:12.000Z",
+  "config": {"architectures": ["BertForMaskedLM"], "model_type": "bert", "tokenizer_config": {}}
+})";
+
+TEST(HubModel, ParsesARealEntry) {
+  auto j = ParseJsonCapped(kBertEntry);
+  ASSERT_TRUE(j.has_value()) << j.error().ToString();
+  auto m = ParseHubModel(*j);
+  ASSERT_TRUE(m.has_value()) << m.error().ToString();
+  EXPECT_EQ(m->id, "google-bert/bert-base-uncased");
+  EXPECT_EQ(m->author, "google-bert");
+  EXPECT_EQ(m->downloads, 54412386);
+  EXPECT_EQ(m->likes, 2238);
+  EXPECT_EQ(m->tags.size(), 5u);
+  EXPECT_EQ(m->model_type, "bert");
+  EXPECT_EQ(m->architectures, std::vector<std::string>{"BertForMaskedLM"});
+  EXPECT_EQ(m->gated, "false");
+  EXPECT_EQ(m->created_at, "2022-03-02T23:29:04.000Z");
+}
+
+TEST(HubModel, MinimalEntriesGetTheirAuthorFromTheId) {
+  auto m = ParseHubModel(nlohmann::json{{"id", "Qwen/Qwen3-0.6B"}, {"gated", "manual"}, {"downloads", nullptr}});
+  ASSERT_TRUE(m.has_value()) << m.error().ToString();
+  EXPECT_EQ(m->author, "Qwen");
+  EXPECT_EQ(m->gated, "manual");
+  EXPECT_EQ(m->downloads, 0);
+}
+
+TEST(HubModel, HostileEntriesAreClearPerModelErrors) {
+  struct Bad {
+    nlohmann::json entry;
+    const char* why;
+  };
+  const Bad bad[] = {
+      {nlohmann::json::array(), "not a JSON object"},
+      {{{"likes", 3}}, "no string 'id'"},
+      {{{"id", 42}}, "no string 'id'"},
+      {{{"id", "../../etc/passwd"}}, "model id"},
+      {{{"id", "org/m"}, {"downloads", "many"}}, "'downloads' must be an integer"},
+      {{{"id", "org/m"}, {"downloads", -1}}, "'downloads' is negative"},
+      {{{"id", "org/m"}, {"tags", "bert"}}, "'tags' must be an array"},
+      {{{"id", "org/m"}, {"tags", {1, 2}}}, "'tags' must hold only strings"},
+      {{{"id", "org/m"}, {"gated", "sometimes"}}, "'gated'"},
+      {{{"id", "org/m"}, {"config", "bert"}}, "'config' must be an object"},
+      {{{"id", "org/m"}, {"config", {{"model_type", 7}}}}, "config: field 'model_type'"},
+  };
+  for (const auto& b : bad) {
+    auto m = ParseHubModel(b.entry);
+    ASSERT_FALSE(m.has_value()) << b.entry.dump();
+    EXPECT_NE(m.error().message().find(b.why), std::string::npos) << m.error().message();
+  }
+}
+
+TEST(HubModel, DeepOrBrokenJsonIsRefused) {
+  std::string deep(200, '[');
+  deep += std::string(200, ']');
+  auto d = ParseJsonCapped(deep);
+  ASSERT_FALSE(d.has_value());
+  EXPECT_NE(d.error().message().find("deeper than 64"), std::string::npos);
+  EXPECT_TRUE(ParseJsonCapped(std::string(60, '[') + std::string(60, ']')).has_value());
+  for (const char* bad : {"", "<html>rate limited</html>", "[{\"id\": ", "{\"id\": \"a\"} trailing"}) {
+    EXPECT_FALSE(ParseJsonCapped(bad).has_value()) << bad;
+  }
 }
 
 }  // namespace
