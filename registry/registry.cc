@@ -123,6 +123,105 @@ Status Registry::ClearCaseSources(const std::string& model_id, const std::string
   return stmt.Run();
 }
 
+Result<std::optional<CrawlState>> Registry::GetCrawl(const std::string& crawl_id) {
+  COV_ASSIGN_OR_RETURN(auto stmt,
+                       db_->Prepare("SELECT next_url, pages, models, rejects FROM crawls WHERE crawl_id = ?1"));
+  stmt.Bind(1, crawl_id);
+  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return std::optional<CrawlState>();
+  CrawlState c;
+  c.crawl_id = crawl_id;
+  if (!stmt.IsNull(0)) c.next_url = stmt.Text(0);
+  c.pages = stmt.Int(1);
+  c.models = stmt.Int(2);
+  c.rejects = stmt.Int(3);
+  return std::optional<CrawlState>(std::move(c));
+}
+
+Status Registry::StartCrawl(const std::string& crawl_id) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "INSERT INTO crawls(crawl_id, next_url) VALUES (?1, ?1) ON CONFLICT(crawl_id) DO UPDATE SET "
+      "next_url = ?1, pages = 0, models = 0, rejects = 0, "
+      "started_at = strftime('%Y-%m-%dT%H:%M:%SZ','now'), updated_at = NULL"));
+  stmt.Bind(1, crawl_id);
+  return stmt.Run();
+}
+
+Status Registry::StoreCrawlPage(const std::string& crawl_id, const std::vector<HubModelRecord>& models,
+                                const std::vector<std::pair<std::string, std::string>>& rejects,
+                                const std::optional<std::string>& next_url) {
+  return InTransaction(*db_, [&]() -> Status {
+    COV_ASSIGN_OR_RETURN(auto upsert, db_->Prepare(
+        "INSERT INTO models(id, model_type, source, author, sha, downloads, likes, tags_json, pipeline_tag, "
+        "library_name, created_at, last_modified, gated, private, architectures_json, crawled_at) "
+        "VALUES (?1, ?2, 'hub', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+        "strftime('%Y-%m-%dT%H:%M:%SZ','now')) "
+        "ON CONFLICT(id) DO UPDATE SET model_type = COALESCE(NULLIF(excluded.model_type, ''), models.model_type), "
+        "author = excluded.author, downloads = excluded.downloads, likes = excluded.likes, "
+        "tags_json = excluded.tags_json, pipeline_tag = excluded.pipeline_tag, "
+        "library_name = excluded.library_name, created_at = excluded.created_at, "
+        "last_modified = excluded.last_modified, gated = excluded.gated, private = excluded.private, "
+        "architectures_json = excluded.architectures_json, crawled_at = excluded.crawled_at, "
+        // A new commit invalidates a fetched config: fetch it again.
+        "config_status = CASE WHEN excluded.sha != '' AND models.sha IS NOT NULL AND models.sha != excluded.sha "
+        "THEN NULL ELSE models.config_status END, "
+        "sha = CASE WHEN excluded.sha != '' THEN excluded.sha ELSE models.sha END"));
+    for (const auto& m : models) {
+      upsert.Bind(1, m.id).Bind(2, m.model_type).Bind(3, m.author).Bind(4, m.sha).Bind(5, m.downloads);
+      upsert.Bind(6, m.likes).Bind(7, m.tags_json).Bind(8, m.pipeline_tag).Bind(9, m.library_name);
+      upsert.Bind(10, m.created_at).Bind(11, m.last_modified).Bind(12, m.gated).Bind(13, m.is_private ? 1 : 0);
+      upsert.Bind(14, m.architectures_json);
+      COV_RETURN_IF_ERROR(upsert.Run());
+    }
+    COV_ASSIGN_OR_RETURN(auto reject, db_->Prepare("INSERT INTO crawl_rejects(crawl_id, raw, reason) VALUES (?1, ?2, ?3)"));
+    for (const auto& [raw, reason] : rejects) {
+      reject.Bind(1, crawl_id).Bind(2, raw.substr(0, 300)).Bind(3, reason);
+      COV_RETURN_IF_ERROR(reject.Run());
+    }
+    COV_ASSIGN_OR_RETURN(auto update, db_->Prepare(
+        "UPDATE crawls SET next_url = ?2, pages = pages + 1, models = models + ?3, rejects = rejects + ?4, "
+        "updated_at = strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE crawl_id = ?1"));
+    update.Bind(1, crawl_id);
+    if (next_url) {
+      update.Bind(2, *next_url);
+    } else {
+      update.BindNull(2);
+    }
+    update.Bind(3, static_cast<int64_t>(models.size())).Bind(4, static_cast<int64_t>(rejects.size()));
+    COV_RETURN_IF_ERROR(update.Run());
+    if (db_->Changes() != 1) return Status::NotFound("crawl '" + crawl_id + "' was not started");
+    return Status::Ok();
+  });
+}
+
+Result<std::vector<std::string>> Registry::ModelsWithoutConfig(int64_t limit) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT id FROM models WHERE crawled_at IS NOT NULL AND config_status IS NULL "
+      "ORDER BY downloads DESC, id LIMIT ?1"));
+  stmt.Bind(1, limit > 0 ? limit : int64_t{-1});
+  std::vector<std::string> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out.push_back(stmt.Text(0));
+  }
+  return out;
+}
+
+Status Registry::StoreConfig(const std::string& model_id, const std::string& status, const std::string& reason,
+                             const std::string& config_json) {
+  if (status != "fetched" && status != "missing" && status != "gated" && status != "invalid") {
+    return Status::Internal("unknown config status '" + status + "'");
+  }
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "UPDATE models SET config_status = ?2, config_reason = ?3, "
+      "config_json = CASE WHEN ?2 = 'fetched' THEN ?4 ELSE config_json END WHERE id = ?1"));
+  stmt.Bind(1, model_id).Bind(2, status).Bind(3, reason).Bind(4, config_json);
+  COV_RETURN_IF_ERROR(stmt.Run());
+  if (db_->Changes() != 1) return Status::NotFound("model '" + model_id + "' is not in the registry");
+  return Status::Ok();
+}
+
 Result<int64_t> Registry::PruneOrphanCases() {
   COV_RETURN_IF_ERROR(db_->Exec(
       "DELETE FROM op_cases WHERE NOT EXISTS (SELECT 1 FROM case_sources s WHERE s.case_id = op_cases.case_id) "

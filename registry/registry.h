@@ -56,6 +56,32 @@ struct ModelRecord {
   std::string config_json;  // may be empty
 };
 
+// A model as the Hub lists it (crawler/hub_model.h, in registry terms).
+struct HubModelRecord {
+  std::string id;
+  std::string author;
+  std::string sha;
+  int64_t downloads = 0;
+  int64_t likes = 0;
+  std::string tags_json = "[]";
+  std::string pipeline_tag;
+  std::string library_name;
+  std::string created_at;
+  std::string last_modified;
+  std::string gated = "false";
+  bool is_private = false;
+  std::string model_type;
+  std::string architectures_json = "[]";
+};
+
+struct CrawlState {
+  std::string crawl_id;
+  std::optional<std::string> next_url;  // nullopt: listing exhausted
+  int64_t pages = 0;
+  int64_t models = 0;
+  int64_t rejects = 0;
+};
+
 struct StoredCase {
   int64_t case_id = 0;
   std::string key;
@@ -126,6 +152,22 @@ class Registry {
   // Deletes cases that no capture produces any more and no run has a result
   // for (left behind by recaptures); returns how many.
   Result<int64_t> PruneOrphanCases();
+
+  // Crawling. StoreCrawlPage writes a page's models and rejects and the next
+  // page URL in one transaction: a killed crawl resumes at the next page and
+  // never stores a model twice (models are upserted by id; a re-crawl
+  // updates what changed and keeps a fetched config).
+  Result<std::optional<CrawlState>> GetCrawl(const std::string& crawl_id);
+  Status StartCrawl(const std::string& crawl_id);  // (re)starts at the first page
+  Status StoreCrawlPage(const std::string& crawl_id, const std::vector<HubModelRecord>& models,
+                        const std::vector<std::pair<std::string, std::string>>& rejects,  // (raw, reason)
+                        const std::optional<std::string>& next_url);
+  // Models listed by crawls whose config.json has not been fetched (no status
+  // yet), most downloaded first.
+  Result<std::vector<std::string>> ModelsWithoutConfig(int64_t limit);
+  // status: fetched (with the exact bytes), missing, gated or invalid (with a reason).
+  Status StoreConfig(const std::string& model_id, const std::string& status, const std::string& reason,
+                     const std::string& config_json);
 
   Result<std::vector<StoredCase>> FindCases(const CaseFilter& filter);
   Result<std::optional<StoredCase>> GetCaseByKey(const std::string& key);

@@ -118,11 +118,58 @@ CREATE VIEW v_failures_per_model AS
   GROUP BY r.run_id, s.model_id;
 )sql";
 
+// Version 2: Hub metadata of crawled models, their config status, and crawl
+// progress (the next page URL is committed with each page's rows, so a killed
+// crawl resumes where it stopped) and rejected entries.
+constexpr std::string_view kV2 = R"sql(
+ALTER TABLE models ADD COLUMN author TEXT;
+ALTER TABLE models ADD COLUMN sha TEXT;
+ALTER TABLE models ADD COLUMN downloads INTEGER;
+ALTER TABLE models ADD COLUMN likes INTEGER;
+ALTER TABLE models ADD COLUMN tags_json TEXT;           -- JSON array
+ALTER TABLE models ADD COLUMN pipeline_tag TEXT;
+ALTER TABLE models ADD COLUMN library_name TEXT;
+ALTER TABLE models ADD COLUMN created_at TEXT;
+ALTER TABLE models ADD COLUMN last_modified TEXT;
+ALTER TABLE models ADD COLUMN gated TEXT;               -- 'false', 'auto', 'manual'
+ALTER TABLE models ADD COLUMN private INTEGER;
+ALTER TABLE models ADD COLUMN architectures_json TEXT;  -- JSON array
+ALTER TABLE models ADD COLUMN config_status TEXT;       -- NULL (not fetched), fetched, missing, gated, invalid
+ALTER TABLE models ADD COLUMN config_reason TEXT;
+ALTER TABLE models ADD COLUMN crawled_at TEXT;
+CREATE INDEX models_model_type ON models(model_type);
+CREATE INDEX models_config_status ON models(config_status);
+
+CREATE TABLE crawls (
+  crawl_id    TEXT PRIMARY KEY,        -- the first page's URL: endpoint and query
+  next_url    TEXT,                    -- NULL when the listing is exhausted
+  pages       INTEGER NOT NULL DEFAULT 0,
+  models      INTEGER NOT NULL DEFAULT 0,
+  rejects     INTEGER NOT NULL DEFAULT 0,
+  started_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  updated_at  TEXT
+);
+
+CREATE TABLE crawl_rejects (
+  crawl_id  TEXT NOT NULL REFERENCES crawls(crawl_id) ON DELETE CASCADE,
+  raw       TEXT NOT NULL,             -- the entry as received, cut to 300 characters
+  reason    TEXT NOT NULL,
+  at        TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+
+-- Crawled models per model_type and how many have their config.json.
+CREATE VIEW v_models_per_type AS
+  SELECT COALESCE(model_type, '') AS model_type, COUNT(*) AS models,
+         SUM(config_status = 'fetched') AS configs, SUM(downloads) AS downloads
+  FROM models GROUP BY COALESCE(model_type, '');
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, "op cases, provenance, models, runs, results, views", kV1},
+      {2, "Hub metadata of models, config status, crawl progress and rejects", kV2},
   };
   return kMigrations;
 }

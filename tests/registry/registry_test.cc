@@ -105,6 +105,75 @@ TEST(Registry, PruningKeepsCasesWithSourcesOrResults) {
   (void)orphan;
 }
 
+HubModelRecord Hub(std::string id, int64_t downloads, std::string sha = "abc") {
+  HubModelRecord m;
+  m.id = std::move(id);
+  m.downloads = downloads;
+  m.sha = std::move(sha);
+  m.model_type = "llama";
+  return m;
+}
+
+TEST(Registry, ACrawlPageAndItsCursorAreStoredTogether) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  const std::string crawl = "http://hub/api/models?limit=2";
+  ASSERT_TRUE(r->StartCrawl(crawl).ok());
+  EXPECT_EQ((*r->GetCrawl(crawl))->next_url, crawl);
+  ASSERT_TRUE(r->StoreCrawlPage(crawl, {Hub("a/x", 10), Hub("a/y", 5)}, {{"{\"id\":\"../x\"}", "bad id"}},
+                                std::string("http://hub/next1")).ok());
+  auto state = *r->GetCrawl(crawl);
+  EXPECT_EQ(state->next_url, "http://hub/next1");
+  EXPECT_EQ(state->pages, 1);
+  EXPECT_EQ(state->models, 2);
+  EXPECT_EQ(state->rejects, 1);
+  // The same model on a later page updates its row instead of adding one.
+  ASSERT_TRUE(r->StoreCrawlPage(crawl, {Hub("a/x", 11)}, {}, std::nullopt).ok());
+  EXPECT_EQ(CountRows(*r, "models"), 2);
+  EXPECT_FALSE((*r->GetCrawl(crawl))->next_url.has_value());
+  EXPECT_EQ(*r->ModelsWithoutConfig(0), (std::vector<std::string>{"a/x", "a/y"}));  // by downloads
+  // A page of an unknown crawl is refused and nothing of it is kept.
+  Status s = r->StoreCrawlPage("http://hub/other", {Hub("b/z", 1)}, {}, std::nullopt);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(CountRows(*r, "models"), 2);
+}
+
+TEST(Registry, ConfigsAreKeptUntilTheModelChanges) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  const std::string crawl = "c";
+  ASSERT_TRUE(r->StartCrawl(crawl).ok());
+  ASSERT_TRUE(r->StoreCrawlPage(crawl, {Hub("a/x", 10, "sha1"), Hub("a/y", 5, "sha1")}, {}, std::nullopt).ok());
+  ASSERT_TRUE(r->StoreConfig("a/x", "fetched", "", "{\"model_type\": \"llama\"}").ok());
+  ASSERT_TRUE(r->StoreConfig("a/y", "gated", "401 GatedRepo", "").ok());
+  EXPECT_TRUE(r->ModelsWithoutConfig(0)->empty());
+  EXPECT_FALSE(r->StoreConfig("a/none", "fetched", "", "{}").ok());
+  EXPECT_FALSE(r->StoreConfig("a/x", "maybe", "", "").ok());
+  // A re-crawl with the same commit keeps the config; a new commit refetches.
+  ASSERT_TRUE(r->StartCrawl(crawl).ok());
+  ASSERT_TRUE(r->StoreCrawlPage(crawl, {Hub("a/x", 12, "sha1"), Hub("a/y", 6, "sha2")}, {}, std::nullopt).ok());
+  EXPECT_EQ(*r->ModelsWithoutConfig(0), std::vector<std::string>{"a/y"});
+  auto q = r->Query("SELECT config_json, downloads FROM models WHERE id = 'a/x'");
+  EXPECT_EQ(q->rows[0][0], "{\"model_type\": \"llama\"}");
+  EXPECT_EQ(q->rows[0][1], "12");
+}
+
+TEST(Registry, VersionOneDatabasesMigrateKeepingTheirData) {
+  TempDir dir;
+  {
+    auto db = Database::Open(dir.File("r.db"));
+    ASSERT_TRUE(db.has_value());
+    ASSERT_TRUE((*db)->Exec(std::string(Migrations()[0].sql)).ok());
+    ASSERT_TRUE((*db)->Exec("PRAGMA user_version = 1; INSERT INTO models(id, model_type) VALUES ('a/b', 'bert')").ok());
+  }
+  auto r = OpenFresh(dir);
+  EXPECT_EQ(r->schema_version(), LatestSchemaVersion());
+  auto q = r->Query("SELECT model_type, config_status FROM models WHERE id = 'a/b'");
+  ASSERT_EQ(q->rows.size(), 1u);
+  EXPECT_EQ(q->rows[0][0], "bert");
+  EXPECT_EQ(q->rows[0][1], "");
+}
+
 class RegistryQuery : public ::testing::Test {
  protected:
   void SetUp() override {
