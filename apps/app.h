@@ -56,6 +56,7 @@ void ApplyHostSettings(const GlobalOptions& global);
 int ReportError(const Status& status);
 
 void AddCaptureCommand(CLI::App& app, GlobalOptions& global);
+void AddCrawlCommand(CLI::App& app, GlobalOptions& global);
 void AddRegistryCommand(CLI::App& app, GlobalOptions& global);
 void AddRunCommand(CLI::App& app, GlobalOptions& global);
 

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", global.threads, "ATen intra-op threads (0 = one per available core)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  AddCrawlCommand(app, global);
   AddCaptureCommand(app, global);
   AddRegistryCommand(app, global);
   AddRunCommand(app, global);

@@ -21,21 +21,27 @@ void Progress::Update(int64_t done, const std::string& note) {
   if (!enabled_ || finished_) return;
   const auto now = std::chrono::steady_clock::now();
   const double since_last = std::chrono::duration<double>(now - last_).count();
-  const bool last_one = done >= total_;
+  const bool known_total = total_ > 0;
+  const bool last_one = known_total && done >= total_;
   if (tty_ ? (since_last < 0.1 && !last_one) : (since_last < log_every_s_ && !last_one)) return;
   last_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
-  const double pct = total_ > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total_) : 100.0;
-  double eta = 0;
-  if (done > 0 && total_ > done) eta = elapsed / static_cast<double>(done) * static_cast<double>(total_ - done);
   std::string shown = note.size() > 60 ? note.substr(0, 57) + "..." : note;
-  if (tty_) {
-    std::fprintf(stderr, "\r\033[K%s [%lld/%lld %3.0f%%] %.0fs elapsed, ~%.0fs left  %s", label_.c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total_), pct, elapsed, eta, shown.c_str());
+  std::string counter;
+  if (known_total) {
+    const double pct = 100.0 * static_cast<double>(done) / static_cast<double>(total_);
+    double eta = 0;
+    if (done > 0 && total_ > done) eta = elapsed / static_cast<double>(done) * static_cast<double>(total_ - done);
+    char buf[128];
+    std::snprintf(buf, sizeof(buf), "[%lld/%lld %3.0f%%] %.0fs elapsed, ~%.0fs left", static_cast<long long>(done),
+                  static_cast<long long>(total_), pct, elapsed, eta);
+    counter = buf;
   } else {
-    std::fprintf(stderr, "%s [%lld/%lld %3.0f%%] %.0fs elapsed, ~%.0fs left  %s\n", label_.c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total_), pct, elapsed, eta, shown.c_str());
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.0fs elapsed", elapsed);  // total unknown: the note carries the counts
+    counter = buf;
   }
+  std::fprintf(stderr, tty_ ? "\r\033[K%s %s  %s" : "%s %s  %s\n", label_.c_str(), counter.c_str(), shown.c_str());
   std::fflush(stderr);
 }
 

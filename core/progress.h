@@ -16,6 +16,7 @@ class Progress {
   Progress(std::string label, int64_t total, bool enabled = true, double log_every_s = 10.0);
   ~Progress();
   // `done` units of `total` finished; `note` is shown after the counter.
+  // With total <= 0 (unknown) only the elapsed time and the note are shown.
   void Update(int64_t done, const std::string& note = "");
   // Clears the line (terminal) and stops drawing.
   void Finish();

@@ -1,0 +1,135 @@
+// `coverage crawl`: lists Hub models (and fetches their config.json) into the registry.
+#include <cstdio>
+#include <cstdlib>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "apps/app.h"
+#include "core/progress.h"
+#include "crawler/curl_http_client.h"
+#include "registry/registry.h"
+#include "stages/crawl_stage.h"
+
+namespace coverage::apps {
+namespace {
+
+struct CrawlFlags {
+  std::string endpoint;
+  std::vector<std::string> query;
+  std::string search, author, sort, pipeline_tag, library;
+  std::vector<std::string> filters;
+  int64_t max_models = 0;
+  std::string configs = "all";
+  int concurrency = 4;
+  double rate = 10;
+  int page_limit = 1000;
+  bool resume = false;
+};
+
+int RunCrawlCommand(const GlobalOptions& global, const CrawlFlags& flags) {
+  crawler::CrawlOptions options;
+  options.endpoint = flags.endpoint;
+  if (options.endpoint.empty()) {
+    const char* env = std::getenv("HF_ENDPOINT");
+    options.endpoint = env && *env ? env : "https://huggingface.co";
+  }
+  while (!options.endpoint.empty() && options.endpoint.back() == '/') options.endpoint.pop_back();
+  if (const char* token = std::getenv("HF_TOKEN"); token && *token) options.token = token;
+  for (const auto& kv : flags.query) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return ReportError(Status::InvalidArgument("--query '" + kv + "': expected KEY=VALUE, e.g. filter=llama"));
+    }
+    options.query.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  auto add = [&](const char* key, const std::string& value) {
+    if (!value.empty()) options.query.emplace_back(key, value);
+  };
+  add("search", flags.search);
+  add("author", flags.author);
+  add("pipeline_tag", flags.pipeline_tag);
+  add("library", flags.library);
+  for (const auto& f : flags.filters) add("filter", f);
+  add("sort", flags.sort);
+  options.max_models = flags.max_models;
+  options.fetch_configs = flags.configs == "all";
+  options.concurrency = flags.concurrency;
+  options.rate_per_s = flags.rate;
+  options.page_limit = flags.page_limit;
+  options.resume = flags.resume;
+  options.stop = InstallStopHandler();
+
+  auto reg = OpenRegistry(global, /*read_only=*/false, /*create=*/true);
+  if (!reg) return ReportError(reg.error());
+  stages::RegistryCrawlSink sink(reg->get());
+  Progress progress("crawl", 0, !global.quiet);
+  options.on_progress = [&](const crawler::CrawlProgress& p) {
+    progress.Update(0, p.configs_total > 0 ? fmt::format("{} pages, {} models, configs {}/{}", p.pages, p.models,
+                                                         p.configs_done, p.configs_total)
+                                           : fmt::format("{} pages, {} models", p.pages, p.models));
+  };
+  crawler::CurlOptions curl;
+  auto make_client = [&]() -> std::unique_ptr<crawler::HttpClient> {
+    return std::make_unique<crawler::CurlHttpClient>(curl);
+  };
+  std::printf("crawl %s (%s)\n", crawler::FirstPageUrl(options).c_str(),
+              options.token.empty() ? "anonymous" : "with the token in $HF_TOKEN");
+  auto summary = crawler::RunCrawl(options, sink, make_client);
+  progress.Finish();
+  if (!summary) return ReportError(summary.error().WithContext("crawl"));
+  const auto& s = *summary;
+  std::printf("crawl: %lld pages, %lld models stored, %lld entries rejected\n", static_cast<long long>(s.pages),
+              static_cast<long long>(s.models), static_cast<long long>(s.rejects));
+  if (options.fetch_configs) {
+    std::printf("  configs: %lld fetched, %lld missing, %lld gated, %lld invalid, %lld failed (retried next crawl)\n",
+                static_cast<long long>(s.configs_fetched), static_cast<long long>(s.configs_missing),
+                static_cast<long long>(s.configs_gated), static_cast<long long>(s.configs_invalid),
+                static_cast<long long>(s.config_errors));
+  }
+  std::printf("  %lld requests, %lld retries, %.1fs waiting; %.1fs in all\n", static_cast<long long>(s.requests),
+              static_cast<long long>(s.retries), s.waited_s, s.seconds);
+  for (const auto& e : s.errors) std::printf("  failed: %s\n", e.c_str());
+  std::printf("registry: %s\n", global.registry_path.c_str());
+  if (s.interrupted) {
+    std::printf("interrupted: rerun with --resume to continue\n");
+    return kExitInterrupted;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddCrawlCommand(CLI::App& app, GlobalOptions& global) {
+  auto flags = std::make_shared<CrawlFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "crawl",
+      "List models from the Hugging Face Hub API (or a local hub-replay) into the registry, then fetch the\n"
+      "config.json of those that lack one. $HF_ENDPOINT picks the server, $HF_TOKEN is sent as a Bearer token.");
+  cmd->add_option("--endpoint", flags->endpoint, "Hub URL [default: $HF_ENDPOINT or https://huggingface.co]");
+  cmd->add_option("--search", flags->search, "Substring of the model id");
+  cmd->add_option("--author", flags->author, "User or organisation");
+  cmd->add_option("--filter", flags->filters, "Tag filter, e.g. llama, text-generation (repeatable)");
+  cmd->add_option("--pipeline-tag", flags->pipeline_tag, "e.g. text-generation");
+  cmd->add_option("--library", flags->library, "e.g. transformers");
+  cmd->add_option("--sort", flags->sort, "downloads, likes, createdAt, lastModified");
+  cmd->add_option("--query", flags->query, "Any other list parameter as KEY=VALUE (repeatable)");
+  cmd->add_option("--max-models", flags->max_models, "Stop listing after this many models (0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--configs", flags->configs, "Fetch config.json of listed models")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"all", "none"}));
+  cmd->add_option("--concurrency", flags->concurrency, "Parallel config fetches")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--rate", flags->rate, "Requests per second, all together (0 = no limit)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--page-limit", flags->page_limit, "Models per list page")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  cmd->add_flag("--resume", flags->resume, "Continue the same crawl where it stopped");
+  cmd->callback([&global, flags]() { global.exit_code = RunCrawlCommand(global, *flags); });
+}
+
+}  // namespace coverage::apps

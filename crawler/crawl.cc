@@ -1,0 +1,331 @@
+#include "crawler/crawl.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "crawler/link_header.h"
+#include "crawler/model_id.h"
+
+namespace coverage::crawler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string UrlEncode(std::string_view s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+// "https://host:port" of a URL, for keeping the cursor on the endpoint.
+std::string Origin(const std::string& url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return "";
+  const size_t path = url.find('/', scheme + 3);
+  return url.substr(0, path);
+}
+
+// Shared by all threads: request pacing, counters, and interruptible waits.
+class Fetcher {
+ public:
+  explicit Fetcher(const CrawlOptions& options) : options_(options), rng_(0x5eed) {}
+
+  // GET with the retry policy; returns the last answer (which may be an
+  // error status or a transport failure with status 0).
+  Result<HttpResponse> Get(HttpClient& client, const std::string& url) {
+    HttpRequest request{url, {{"Accept", "application/json"}}};
+    if (!options_.token.empty()) request.headers.emplace_back("Authorization", "Bearer " + options_.token);
+    HttpResponse last;
+    for (int attempt = 1; attempt <= std::max(1, options_.retry.max_tries); ++attempt) {
+      if (Stopped()) return Status::Aborted("interrupted");
+      Pace();
+      COV_ASSIGN_OR_RETURN(last, client.Get(request));
+      Count(&requests_);
+      const bool retryable = last.status == 0 || IsRetryableStatus(last.status);
+      if (!retryable || attempt == options_.retry.max_tries) return last;
+      std::optional<RateLimit> rate_limit;
+      if (const std::string h = last.Header("RateLimit"); !h.empty()) rate_limit = ParseRateLimit(h);
+      std::optional<double> retry_after;
+      if (const std::string h = last.Header("Retry-After"); !h.empty()) retry_after = ParseRetryAfter(h, std::time(nullptr));
+      const double wait = WaitBeforeRetry(options_.retry, attempt, rate_limit, retry_after, Random()) * options_.wait_scale;
+      Count(&retries_);
+      Sleep(wait);
+    }
+    return last;
+  }
+
+  bool Stopped() const { return options_.stop && options_.stop->load(); }
+
+  // Waits as after a failed try that had no server hint.
+  void Backoff(int attempt) {
+    Count(&retries_);
+    Sleep(BackoffSeconds(options_.retry, attempt, Random()) * options_.wait_scale);
+  }
+  int64_t requests() const { return requests_; }
+  int64_t retries() const { return retries_; }
+  double waited_s() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waited_s_;
+  }
+
+ private:
+  void Count(int64_t* counter) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++*counter;
+  }
+  double Random() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+  }
+  // One request every 1/rate seconds across all threads.
+  void Pace() {
+    if (options_.rate_per_s <= 0) return;
+    Clock::time_point slot;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto now = Clock::now();
+      next_slot_ = std::max(next_slot_, now);
+      slot = next_slot_;
+      next_slot_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / options_.rate_per_s));
+    }
+    std::this_thread::sleep_until(slot);
+  }
+  // Sleeps in short slices so that a stop request is seen quickly.
+  void Sleep(double seconds) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      waited_s_ += seconds;
+    }
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    while (Clock::now() < until && !Stopped()) {
+      std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
+    }
+  }
+
+  const CrawlOptions& options_;
+  mutable std::mutex mu_;
+  std::mt19937_64 rng_;
+  Clock::time_point next_slot_{};
+  int64_t requests_ = 0, retries_ = 0;
+  double waited_s_ = 0;
+};
+
+std::string Describe(const HttpResponse& r) {
+  if (r.status == 0) return "transport error: " + r.error;
+  std::string s = "HTTP " + std::to_string(r.status);
+  if (const std::string code = r.Header("X-Error-Code"); !code.empty()) s += " " + code;
+  return s;
+}
+
+// Lists pages until the listing ends, `max_models` is reached or a stop.
+Status ListModels(const CrawlOptions& options, CrawlSink& sink, HttpClient& client, Fetcher& fetcher,
+                  CrawlSummary& summary) {
+  const std::string crawl_id = FirstPageUrl(options);
+  const std::string origin = Origin(options.endpoint);
+  COV_ASSIGN_OR_RETURN(std::optional<std::string> url, sink.NextPage(crawl_id, options.resume));
+  while (url) {
+    if (fetcher.Stopped()) {
+      summary.interrupted = true;
+      return Status::Ok();
+    }
+    // A 200 whose body is not a JSON array (a truncated or garbled page) is
+    // retried like a failed request.
+    Result<nlohmann::json> body = Status::Internal("not fetched");
+    HttpResponse r;
+    for (int attempt = 1;; ++attempt) {
+      auto fetched = fetcher.Get(client, *url);
+      if (!fetched) {
+        if (fetched.error().code() == StatusCode::kAborted) {
+          summary.interrupted = true;
+          return Status::Ok();
+        }
+        return fetched.error();
+      }
+      r = std::move(*fetched);
+      if (r.status != 200) return Status::IoError("listing page " + *url + " failed: " + Describe(r));
+      body = ParseJsonCapped(r.body);
+      if (body && body->is_array()) break;
+      if (attempt >= options.retry.max_tries) {
+        return Status::IoError("listing page " + *url + " is not a JSON array" +
+                               (body ? std::string() : ": " + body.error().message()) + " (after " +
+                               std::to_string(attempt) + " tries)");
+      }
+      fetcher.Backoff(attempt);
+    }
+    std::vector<HubModel> models;
+    std::vector<Reject> rejects;
+    for (const auto& entry : *body) {
+      auto m = ParseHubModel(entry);
+      if (m) {
+        models.push_back(std::move(*m));
+      } else {
+        rejects.push_back({entry.dump().substr(0, 300), m.error().message()});
+      }
+    }
+    std::optional<std::string> next = NextPageUrl(r.Header("Link"));
+    if (next && Origin(*next) != origin) {
+      return Status::IoError("listing page " + *url + " points its next page off the endpoint (" +
+                             next->substr(0, 200) + "); refusing to follow");
+    }
+    if (options.max_models > 0 && summary.models + static_cast<int64_t>(models.size()) >= options.max_models) {
+      // Cut short: the stored position stays on this page, so a resumed
+      // crawl lists it again (models are upserted, never duplicated).
+      const bool cut = summary.models + static_cast<int64_t>(models.size()) > options.max_models;
+      models.resize(static_cast<size_t>(options.max_models - summary.models));
+      COV_RETURN_IF_ERROR(sink.StorePage(crawl_id, models, rejects, cut ? url : next));
+      summary.models += static_cast<int64_t>(models.size());
+      summary.rejects += static_cast<int64_t>(rejects.size());
+      ++summary.pages;
+      return Status::Ok();
+    }
+    COV_RETURN_IF_ERROR(sink.StorePage(crawl_id, models, rejects, next));
+    summary.models += static_cast<int64_t>(models.size());
+    summary.rejects += static_cast<int64_t>(rejects.size());
+    ++summary.pages;
+    if (options.on_progress) options.on_progress({summary.pages, summary.models, 0, 0});
+    url = next;
+  }
+  return Status::Ok();
+}
+
+Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClientFactory& make_client,
+                    Fetcher& fetcher, CrawlSummary& summary) {
+  COV_ASSIGN_OR_RETURN(auto ids, sink.ModelsWithoutConfig(options.max_models));
+  std::mutex mu;
+  size_t next = 0;
+  int64_t done = 0;
+  Status first_error;
+  auto worker = [&]() {
+    std::unique_ptr<HttpClient> client = make_client();
+    for (;;) {
+      std::string id;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next >= ids.size() || !first_error.ok() || fetcher.Stopped()) return;
+        id = ids[next++];
+      }
+      if (!ValidateModelId(id).ok()) continue;  // never put an unchecked id into a URL
+      auto r = fetcher.Get(*client, options.endpoint + "/" + id + "/resolve/main/config.json");
+      Status stored;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!r) {
+          if (r.error().code() != StatusCode::kAborted) ++summary.config_errors;
+          continue;
+        }
+      }
+      ConfigStatus status;
+      std::string reason;
+      bool record = true;
+      if (r->status == 200) {
+        auto parsed = ParseJsonCapped(r->body);
+        if (parsed && parsed->is_object()) {
+          status = ConfigStatus::kFetched;
+        } else {
+          status = ConfigStatus::kInvalid;
+          reason = parsed ? "config.json is not a JSON object" : parsed.error().message();
+        }
+      } else if (r->status == 401 || r->status == 403) {
+        status = ConfigStatus::kGated;
+        reason = Describe(*r);
+      } else if (r->status == 404) {
+        status = ConfigStatus::kMissing;
+        reason = Describe(*r);
+      } else {
+        record = false;  // transport error or server error after retries: try again next crawl
+        reason = Describe(*r);
+      }
+      if (record) stored = sink.StoreConfig(id, status, reason, status == ConfigStatus::kFetched ? r->body : "");
+      std::lock_guard<std::mutex> lock(mu);
+      if (!stored.ok()) {
+        first_error = stored;
+        return;
+      }
+      if (!record) {
+        ++summary.config_errors;
+        if (summary.errors.size() < 5) summary.errors.push_back(id + ": " + reason);
+      } else if (status == ConfigStatus::kFetched) {
+        ++summary.configs_fetched;
+      } else if (status == ConfigStatus::kMissing) {
+        ++summary.configs_missing;
+      } else if (status == ConfigStatus::kGated) {
+        ++summary.configs_gated;
+      } else {
+        ++summary.configs_invalid;
+      }
+      ++done;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < std::max(1, options.concurrency); ++i) threads.emplace_back(worker);
+  // Progress from this thread while the workers run.
+  for (;;) {
+    bool finished;
+    CrawlProgress p;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      finished = next >= ids.size() || !first_error.ok() || fetcher.Stopped();
+      p = {summary.pages, summary.models, done, static_cast<int64_t>(ids.size())};
+    }
+    if (options.on_progress) options.on_progress(p);
+    if (finished) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (auto& t : threads) t.join();
+  if (fetcher.Stopped()) summary.interrupted = true;
+  return first_error;
+}
+
+}  // namespace
+
+std::string_view ConfigStatusName(ConfigStatus status) {
+  switch (status) {
+    case ConfigStatus::kFetched: return "fetched";
+    case ConfigStatus::kMissing: return "missing";
+    case ConfigStatus::kGated: return "gated";
+    case ConfigStatus::kInvalid: return "invalid";
+  }
+  return "?";
+}
+
+std::string FirstPageUrl(const CrawlOptions& options) {
+  std::string url = options.endpoint + "/api/models?";
+  for (const auto& [key, value] : options.query) url += UrlEncode(key) + "=" + UrlEncode(value) + "&";
+  url += "full=true&config=true&limit=" + std::to_string(options.page_limit);
+  return url;
+}
+
+Result<CrawlSummary> RunCrawl(const CrawlOptions& options, CrawlSink& sink, const HttpClientFactory& make_client) {
+  const auto start = Clock::now();
+  if (options.endpoint.rfind("http://", 0) != 0 && options.endpoint.rfind("https://", 0) != 0) {
+    return Status::InvalidArgument("endpoint '" + options.endpoint + "' must start with http:// or https://");
+  }
+  if (options.page_limit < 1) return Status::InvalidArgument("page limit must be positive");
+  CrawlSummary summary;
+  Fetcher fetcher(options);
+  std::unique_ptr<HttpClient> client = make_client();
+  COV_RETURN_IF_ERROR(ListModels(options, sink, *client, fetcher, summary));
+  if (options.fetch_configs && !summary.interrupted) {
+    COV_RETURN_IF_ERROR(FetchConfigs(options, sink, make_client, fetcher, summary));
+  }
+  summary.requests = fetcher.requests();
+  summary.retries = fetcher.retries();
+  summary.waited_s = fetcher.waited_s();
+  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return summary;
+}
+
+}  // namespace coverage::crawler

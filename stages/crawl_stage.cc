@@ -1,0 +1,59 @@
+#include "stages/crawl_stage.h"
+
+#include <nlohmann/json.hpp>
+
+#include "registry/registry.h"
+
+namespace coverage::stages {
+
+Result<std::optional<std::string>> RegistryCrawlSink::NextPage(const std::string& crawl_id, bool resume) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (resume) {
+    COV_ASSIGN_OR_RETURN(auto state, registry_->GetCrawl(crawl_id));
+    if (state) return state->next_url;
+  }
+  COV_RETURN_IF_ERROR(registry_->StartCrawl(crawl_id));
+  return std::optional<std::string>(crawl_id);
+}
+
+Status RegistryCrawlSink::StorePage(const std::string& crawl_id, const std::vector<crawler::HubModel>& models,
+                                    const std::vector<crawler::Reject>& rejects,
+                                    const std::optional<std::string>& next_url) {
+  std::vector<registry::HubModelRecord> rows;
+  rows.reserve(models.size());
+  for (const auto& m : models) {
+    registry::HubModelRecord r;
+    r.id = m.id;
+    r.author = m.author;
+    r.sha = m.sha;
+    r.downloads = m.downloads;
+    r.likes = m.likes;
+    r.tags_json = nlohmann::json(m.tags).dump();
+    r.pipeline_tag = m.pipeline_tag;
+    r.library_name = m.library_name;
+    r.created_at = m.created_at;
+    r.last_modified = m.last_modified;
+    r.gated = m.gated;
+    r.is_private = m.is_private;
+    r.model_type = m.model_type;
+    r.architectures_json = nlohmann::json(m.architectures).dump();
+    rows.push_back(std::move(r));
+  }
+  std::vector<std::pair<std::string, std::string>> rejected;
+  for (const auto& r : rejects) rejected.emplace_back(r.raw, r.reason);
+  std::lock_guard<std::mutex> lock(mu_);
+  return registry_->StoreCrawlPage(crawl_id, rows, rejected, next_url);
+}
+
+Result<std::vector<std::string>> RegistryCrawlSink::ModelsWithoutConfig(int64_t limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return registry_->ModelsWithoutConfig(limit);
+}
+
+Status RegistryCrawlSink::StoreConfig(const std::string& model_id, crawler::ConfigStatus status,
+                                      const std::string& reason, const std::string& body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return registry_->StoreConfig(model_id, std::string(crawler::ConfigStatusName(status)), reason, body);
+}
+
+}  // namespace coverage::stages
