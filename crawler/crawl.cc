@@ -218,7 +218,18 @@ Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClie
         id = ids[next++];
       }
       if (!ValidateModelId(id).ok()) continue;  // never put an unchecked id into a URL
-      auto r = fetcher.Get(*client, options.endpoint + "/" + id + "/resolve/main/config.json");
+      const std::string url = options.endpoint + "/" + id + "/resolve/main/config.json";
+      auto r = fetcher.Get(*client, url);
+      // A 200 whose body does not parse may be a cut or garbled transfer:
+      // fetch it again (up to kInvalidBodyTries times) before calling the
+      // config invalid.
+      constexpr int kInvalidBodyTries = 3;
+      for (int attempt = 1; r && r->status == 200 && attempt < kInvalidBodyTries; ++attempt) {
+        auto parsed = ParseJsonCapped(r->body);
+        if (parsed && parsed->is_object()) break;
+        fetcher.Backoff(1);
+        r = fetcher.Get(*client, url);
+      }
       Status stored;
       {
         std::lock_guard<std::mutex> lock(mu);
