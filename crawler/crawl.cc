@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -130,44 +131,76 @@ std::string Describe(const HttpResponse& r) {
   return s;
 }
 
+// One list page, fetched and parsed. A 200 whose body is not a JSON array
+// (a truncated or garbled page) is retried like a failed request.
+struct Page {
+  HttpResponse response;
+  nlohmann::json body;
+  bool aborted = false;
+};
+
+Result<Page> FetchPage(const CrawlOptions& options, HttpClient& client, Fetcher& fetcher, const std::string& url) {
+  Page page;
+  for (int attempt = 1;; ++attempt) {
+    auto fetched = fetcher.Get(client, url);
+    if (!fetched) {
+      if (fetched.error().code() == StatusCode::kAborted) {
+        page.aborted = true;
+        return page;
+      }
+      return fetched.error();
+    }
+    page.response = std::move(*fetched);
+    if (page.response.status != 200) {
+      return Status::IoError("listing page " + url + " failed: " + Describe(page.response));
+    }
+    auto body = ParseJsonCapped(page.response.body);
+    if (body && body->is_array()) {
+      page.body = std::move(*body);
+      return page;
+    }
+    if (attempt >= options.retry.max_tries) {
+      return Status::IoError("listing page " + url + " is not a JSON array" +
+                             (body ? std::string() : ": " + body.error().message()) + " (after " +
+                             std::to_string(attempt) + " tries)");
+    }
+    fetcher.Backoff(attempt);
+  }
+}
+
 // Lists pages until the listing ends, `max_models` is reached or a stop.
-Status ListModels(const CrawlOptions& options, CrawlSink& sink, HttpClient& client, Fetcher& fetcher,
-                  CrawlSummary& summary) {
+// The next page is fetched while the current one is validated and stored,
+// so the server's and the database's time overlap (two clients alternate).
+Status ListModels(const CrawlOptions& options, CrawlSink& sink, const HttpClientFactory& make_client,
+                  Fetcher& fetcher, CrawlSummary& summary) {
   const std::string crawl_id = FirstPageUrl(options);
   const std::string origin = Origin(options.endpoint);
   COV_ASSIGN_OR_RETURN(std::optional<std::string> url, sink.NextPage(crawl_id, options.resume));
+  if (!url) return Status::Ok();
+  std::unique_ptr<HttpClient> clients[2] = {make_client(), make_client()};
+  int turn = 0;
+  auto fetch_async = [&](const std::string& page_url) {
+    HttpClient* client = clients[turn].get();
+    turn ^= 1;
+    return std::async(std::launch::async,
+                      [&options, &fetcher, client, page_url] { return FetchPage(options, *client, fetcher, page_url); });
+  };
+  auto pending = fetch_async(*url);
   while (url) {
-    if (fetcher.Stopped()) {
+    Result<Page> page = pending.get();
+    if (!page) return page.error();
+    if (page->aborted || fetcher.Stopped()) {
       summary.interrupted = true;
       return Status::Ok();
     }
-    // A 200 whose body is not a JSON array (a truncated or garbled page) is
-    // retried like a failed request.
-    Result<nlohmann::json> body = Status::Internal("not fetched");
-    HttpResponse r;
-    for (int attempt = 1;; ++attempt) {
-      auto fetched = fetcher.Get(client, *url);
-      if (!fetched) {
-        if (fetched.error().code() == StatusCode::kAborted) {
-          summary.interrupted = true;
-          return Status::Ok();
-        }
-        return fetched.error();
-      }
-      r = std::move(*fetched);
-      if (r.status != 200) return Status::IoError("listing page " + *url + " failed: " + Describe(r));
-      body = ParseJsonCapped(r.body);
-      if (body && body->is_array()) break;
-      if (attempt >= options.retry.max_tries) {
-        return Status::IoError("listing page " + *url + " is not a JSON array" +
-                               (body ? std::string() : ": " + body.error().message()) + " (after " +
-                               std::to_string(attempt) + " tries)");
-      }
-      fetcher.Backoff(attempt);
+    std::optional<std::string> next = NextPageUrl(page->response.Header("Link"));
+    if (next && Origin(*next) != origin) {
+      return Status::IoError("listing page " + *url + " points its next page off the endpoint (" +
+                             next->substr(0, 200) + "); refusing to follow");
     }
     std::vector<HubModel> models;
     std::vector<Reject> rejects;
-    for (const auto& entry : *body) {
+    for (const auto& entry : page->body) {
       auto m = ParseHubModel(entry);
       if (m) {
         models.push_back(std::move(*m));
@@ -175,27 +208,26 @@ Status ListModels(const CrawlOptions& options, CrawlSink& sink, HttpClient& clie
         rejects.push_back({entry.dump().substr(0, 300), m.error().message()});
       }
     }
-    std::optional<std::string> next = NextPageUrl(r.Header("Link"));
-    if (next && Origin(*next) != origin) {
-      return Status::IoError("listing page " + *url + " points its next page off the endpoint (" +
-                             next->substr(0, 200) + "); refusing to follow");
-    }
-    if (options.max_models > 0 && summary.models + static_cast<int64_t>(models.size()) >= options.max_models) {
+    const bool last = options.max_models > 0 &&
+                      summary.models + static_cast<int64_t>(models.size()) >= options.max_models;
+    if (next && !last) pending = fetch_async(*next);
+    std::optional<std::string> stored_next = next;
+    if (last) {
       // Cut short: the stored position stays on this page, so a resumed
       // crawl lists it again (models are upserted, never duplicated).
-      const bool cut = summary.models + static_cast<int64_t>(models.size()) > options.max_models;
+      if (summary.models + static_cast<int64_t>(models.size()) > options.max_models) stored_next = url;
       models.resize(static_cast<size_t>(options.max_models - summary.models));
-      COV_RETURN_IF_ERROR(sink.StorePage(crawl_id, models, rejects, cut ? url : next));
-      summary.models += static_cast<int64_t>(models.size());
-      summary.rejects += static_cast<int64_t>(rejects.size());
-      ++summary.pages;
-      return Status::Ok();
     }
-    COV_RETURN_IF_ERROR(sink.StorePage(crawl_id, models, rejects, next));
+    Status stored = sink.StorePage(crawl_id, models, rejects, stored_next);
+    if (!stored.ok()) {
+      if (pending.valid()) pending.wait();
+      return stored;
+    }
     summary.models += static_cast<int64_t>(models.size());
     summary.rejects += static_cast<int64_t>(rejects.size());
     ++summary.pages;
     if (options.on_progress) options.on_progress({summary.pages, summary.models, 0, 0});
+    if (last) return Status::Ok();
     url = next;
   }
   return Status::Ok();
@@ -327,8 +359,7 @@ Result<CrawlSummary> RunCrawl(const CrawlOptions& options, CrawlSink& sink, cons
   if (options.page_limit < 1) return Status::InvalidArgument("page limit must be positive");
   CrawlSummary summary;
   Fetcher fetcher(options);
-  std::unique_ptr<HttpClient> client = make_client();
-  COV_RETURN_IF_ERROR(ListModels(options, sink, *client, fetcher, summary));
+  COV_RETURN_IF_ERROR(ListModels(options, sink, make_client, fetcher, summary));
   if (options.fetch_configs && !summary.interrupted) {
     COV_RETURN_IF_ERROR(FetchConfigs(options, sink, make_client, fetcher, summary));
   }
