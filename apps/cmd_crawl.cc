@@ -25,6 +25,7 @@ struct CrawlFlags {
   double rate = 10;
   int page_limit = 1000;
   bool resume = false;
+  std::vector<std::string> models;
 };
 
 int RunCrawlCommand(const GlobalOptions& global, const CrawlFlags& flags) {
@@ -58,6 +59,10 @@ int RunCrawlCommand(const GlobalOptions& global, const CrawlFlags& flags) {
   options.rate_per_s = flags.rate;
   options.page_limit = flags.page_limit;
   options.resume = flags.resume;
+  options.model_ids = flags.models;
+  if (!flags.models.empty() && flags.resume) {
+    return ReportError(Status::InvalidArgument("--resume continues a listing; it does not go with --model"));
+  }
   options.stop = InstallStopHandler();
 
   auto reg = OpenRegistry(global, /*read_only=*/false, /*create=*/true);
@@ -129,6 +134,8 @@ void AddCrawlCommand(CLI::App& app, GlobalOptions& global) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--resume", flags->resume, "Continue the same crawl where it stopped");
+  cmd->add_option("--model", flags->models,
+                  "Fetch only these models (GET /api/models/{id}, following renames) instead of listing (repeatable)");
   cmd->callback([&global, flags]() { global.exit_code = RunCrawlCommand(global, *flags); });
 }
 

@@ -233,6 +233,53 @@ Status ListModels(const CrawlOptions& options, CrawlSink& sink, const HttpClient
   return Status::Ok();
 }
 
+// Fetches named models one by one (`GET /api/models/{id}`) and stores each
+// as a one-model page; ids that break the Hub's rules are rejected unsent.
+Status FetchNamedModels(const CrawlOptions& options, CrawlSink& sink, const HttpClientFactory& make_client,
+                        Fetcher& fetcher, CrawlSummary& summary) {
+  const std::string crawl_id = FirstPageUrl(options);
+  COV_RETURN_IF_ERROR(sink.NextPage(crawl_id, /*resume=*/false).error());
+  std::unique_ptr<HttpClient> client = make_client();
+  for (size_t i = 0; i < options.model_ids.size(); ++i) {
+    const std::string& id = options.model_ids[i];
+    const std::optional<std::string> next =
+        i + 1 < options.model_ids.size() ? std::optional<std::string>(options.endpoint + "/api/models/" +
+                                                                       options.model_ids[i + 1])
+                                         : std::nullopt;
+    std::vector<HubModel> models;
+    std::vector<Reject> rejects;
+    if (Status valid = ValidateModelId(id); !valid.ok()) {
+      rejects.push_back({id.substr(0, 300), valid.message()});
+    } else {
+      auto r = fetcher.Get(*client, options.endpoint + "/api/models/" + id);
+      if (!r) {
+        if (r.error().code() == StatusCode::kAborted) {
+          summary.interrupted = true;
+          return Status::Ok();
+        }
+        return r.error();
+      }
+      if (r->status != 200) {
+        rejects.push_back({id, Describe(*r)});
+      } else {
+        auto body = ParseJsonCapped(r->body);
+        auto m = body ? ParseHubModel(*body) : Result<HubModel>(body.error());
+        if (m) {
+          models.push_back(std::move(*m));
+        } else {
+          rejects.push_back({r->body.substr(0, 300), m.error().message()});
+        }
+      }
+    }
+    COV_RETURN_IF_ERROR(sink.StorePage(crawl_id, models, rejects, next));
+    summary.models += static_cast<int64_t>(models.size());
+    summary.rejects += static_cast<int64_t>(rejects.size());
+    ++summary.pages;
+    if (options.on_progress) options.on_progress({summary.pages, summary.models, 0, 0});
+  }
+  return Status::Ok();
+}
+
 Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClientFactory& make_client,
                     Fetcher& fetcher, CrawlSummary& summary) {
   COV_ASSIGN_OR_RETURN(auto ids, sink.ModelsWithoutConfig(options.max_models));
@@ -345,6 +392,7 @@ std::string_view ConfigStatusName(ConfigStatus status) {
 }
 
 std::string FirstPageUrl(const CrawlOptions& options) {
+  if (!options.model_ids.empty()) return options.endpoint + "/api/models/" + options.model_ids.front();
   std::string url = options.endpoint + "/api/models?";
   for (const auto& [key, value] : options.query) url += UrlEncode(key) + "=" + UrlEncode(value) + "&";
   url += "full=true&config=true&limit=" + std::to_string(options.page_limit);
@@ -359,7 +407,11 @@ Result<CrawlSummary> RunCrawl(const CrawlOptions& options, CrawlSink& sink, cons
   if (options.page_limit < 1) return Status::InvalidArgument("page limit must be positive");
   CrawlSummary summary;
   Fetcher fetcher(options);
-  COV_RETURN_IF_ERROR(ListModels(options, sink, make_client, fetcher, summary));
+  if (options.model_ids.empty()) {
+    COV_RETURN_IF_ERROR(ListModels(options, sink, make_client, fetcher, summary));
+  } else {
+    COV_RETURN_IF_ERROR(FetchNamedModels(options, sink, make_client, fetcher, summary));
+  }
   if (options.fetch_configs && !summary.interrupted) {
     COV_RETURN_IF_ERROR(FetchConfigs(options, sink, make_client, fetcher, summary));
   }

@@ -69,6 +69,9 @@ struct CrawlOptions {
   double rate_per_s = 10;     // requests per second across all threads (0 = no limit)
   RetryPolicy retry;
   bool resume = false;        // continue a crawl from its stored position
+  // When set, only these models are fetched, one `GET /api/models/{id}` each
+  // (renamed ids follow the Hub's redirect), instead of listing.
+  std::vector<std::string> model_ids;
   double wait_scale = 1.0;    // multiplies every retry wait (tests shorten them)
   const std::atomic<bool>* stop = nullptr;            // set to stop after the current request
   std::function<void(const CrawlProgress&)> on_progress;  // called from the crawl's thread
@@ -90,7 +93,8 @@ struct CrawlSummary {
 
 using HttpClientFactory = std::function<std::unique_ptr<HttpClient>()>;
 
-// The first page's URL for these options: the crawl's identity.
+// The first page's URL for these options: the crawl's identity. For a crawl
+// of named models, "{endpoint}/api/models/{id}" of the first one.
 std::string FirstPageUrl(const CrawlOptions& options);
 
 // Runs the crawl. A Status is returned when the listing itself cannot go on

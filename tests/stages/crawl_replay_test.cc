@@ -71,6 +71,28 @@ TEST(CrawlReplay, StoresExactlyTheRealServedSetConfigsByteForByte) {
   EXPECT_EQ(c.summary.configs_fetched, configs);
 }
 
+TEST(CrawlReplay, NamedModelsFollowTheHubsRenameRedirects) {
+  hub_replay::HubOptions options;
+  options.data_dir = std::string(COVERAGE_SOURCE_DIR) + "/data/hub";
+  auto hub = hub_replay::HubServer::Start(options);
+  ASSERT_TRUE(hub.has_value()) << hub.error().ToString();
+  testing::TempDir dir;
+  auto reg = registry::Registry::Open(dir.File("named.db"));
+  ASSERT_TRUE(reg.has_value());
+  crawler::CrawlOptions crawl;
+  crawl.endpoint = (*hub)->endpoint();
+  crawl.rate_per_s = 0;
+  crawl.model_ids = {"bert-base-uncased"};  // renamed to google-bert/bert-base-uncased
+  RegistryCrawlSink sink(reg->get());
+  auto s = crawler::RunCrawl(crawl, sink, [] { return std::make_unique<crawler::CurlHttpClient>(); });
+  ASSERT_TRUE(s.has_value()) << s.error().ToString();
+  EXPECT_EQ(s->models, 1);
+  auto row = (*reg)->Query("SELECT id, config_status FROM models");
+  ASSERT_EQ(row->rows.size(), 1u);
+  EXPECT_EQ(row->rows[0][0], "google-bert/bert-base-uncased");
+  EXPECT_EQ(row->rows[0][1], (*hub)->ConfigBytes("google-bert/bert-base-uncased") ? "fetched" : "missing");
+}
+
 TEST(CrawlReplay, TenPercentFaultsGiveTheSameResultWithBoundedRetries) {
   testing::TempDir dir;
   hub_replay::HubOptions clean_options;

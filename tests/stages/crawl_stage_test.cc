@@ -100,6 +100,16 @@ TEST_F(Crawl, AKilledCrawlResumesWithoutDuplicates) {
   EXPECT_EQ(again->pages, 0);
 }
 
+TEST_F(Crawl, NamedModelsAreFetchedOneByOne) {
+  options_.model_ids = {FakeHub::Id(1), "bad//id", FakeHub::Id(2), "org0/no-such-model"};
+  auto s = Run();
+  ASSERT_TRUE(s.has_value()) << s.error().ToString();
+  EXPECT_EQ(s->models, 2);
+  EXPECT_EQ(s->rejects, 2);  // the malformed id (never sent) and the unknown one
+  EXPECT_EQ(One("SELECT COUNT(*) FROM crawl_rejects WHERE reason = 'HTTP 404'"), "1");
+  EXPECT_EQ(One("SELECT config_json FROM models WHERE id = '" + FakeHub::Id(2) + "'"), FakeHub::Config(2));
+}
+
 TEST_F(Crawl, ANextLinkOffTheEndpointIsRefused) {
   hub_.next_link_origin = "http://evil.example";
   auto s = Run();

@@ -83,6 +83,20 @@ class FakeHub {
       }
       return r;
     }
+    const std::string info = "http://fake/api/models/";
+    if (url.rfind(info, 0) == 0) {
+      const std::string id = url.substr(info.size());
+      const size_t dash = id.find("model-");
+      if (dash == std::string::npos) {
+        r.status = 404;
+        return r;
+      }
+      const int64_t i = std::stoll(id.substr(dash + 6));
+      r.status = 200;
+      r.body = "{\"id\":\"" + Id(i) + "\",\"downloads\":" + std::to_string(1000 - i) + ",\"sha\":\"s" +
+               std::to_string(i) + "\",\"config\":{\"model_type\":\"llama\"}}";
+      return r;
+    }
     const std::string suffix = "/resolve/main/config.json";
     if (url.size() > suffix.size() && url.compare(url.size() - suffix.size(), suffix.size(), suffix) == 0) {
       const std::string id = url.substr(std::string("http://fake/").size(),
