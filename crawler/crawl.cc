@@ -287,6 +287,11 @@ Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClie
   size_t next = 0;
   int64_t done = 0;
   Status first_error;
+  // An endpoint that stops answering would otherwise cost every remaining
+  // model its full retry ladder: give up after this many consecutive
+  // transport failures (each already retried).
+  constexpr int kMaxConsecutiveTransportFailures = 5;
+  int consecutive_transport_failures = 0;
   auto worker = [&]() {
     std::unique_ptr<HttpClient> client = make_client();
     for (;;) {
@@ -317,7 +322,7 @@ Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClie
           continue;
         }
       }
-      ConfigStatus status;
+      ConfigStatus status = ConfigStatus::kInvalid;
       std::string reason;
       bool record = true;
       if (r->status == 200) {
@@ -343,6 +348,15 @@ Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClie
       if (!stored.ok()) {
         first_error = stored;
         return;
+      }
+      if (r->status == 0) {
+        if (++consecutive_transport_failures >= kMaxConsecutiveTransportFailures && first_error.ok()) {
+          first_error = Status::IoError("giving up on " + options.endpoint + ": " +
+                                        std::to_string(consecutive_transport_failures) +
+                                        " config fetches in a row failed (" + reason + ")");
+        }
+      } else {
+        consecutive_transport_failures = 0;
       }
       if (!record) {
         ++summary.config_errors;

@@ -82,6 +82,17 @@ TEST_F(Crawl, PersistentFailuresStopWithoutTightLoops) {
   EXPECT_EQ(hub_.requests(), 5);  // one page, five tries
 }
 
+TEST_F(Crawl, AnEndpointThatStopsAnsweringEndsTheCrawlInsteadOfHanging) {
+  // The listing (3 pages) works; then every request fails at the transport.
+  for (int64_t n = 4; n <= 1000; ++n) hub_.faults[n] = FakeHub::Fault::kTransport;
+  options_.concurrency = 1;
+  auto s = Run();
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message().find("config fetches in a row failed"), std::string::npos) << s.error().message();
+  EXPECT_LE(hub_.requests(), 3 + 5 * 5);  // five models, five tries each
+  EXPECT_EQ(One("SELECT COUNT(*) FROM models"), "24");  // the listing is kept
+}
+
 TEST_F(Crawl, AKilledCrawlResumesWithoutDuplicates) {
   options_.fetch_configs = false;
   options_.max_models = 12;  // stops in the middle of page two, as a kill would
