@@ -308,9 +308,10 @@ Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClie
       // fetch it again (up to kInvalidBodyTries times) before calling the
       // config invalid.
       constexpr int kInvalidBodyTries = 3;
-      for (int attempt = 1; r && r->status == 200 && attempt < kInvalidBodyTries; ++attempt) {
-        auto parsed = ParseJsonCapped(r->body);
-        if (parsed && parsed->is_object()) break;
+      Result<nlohmann::json> parsed = Status::Internal("not parsed");
+      for (int attempt = 1; r && r->status == 200; ++attempt) {
+        parsed = ParseJsonCapped(r->body);
+        if ((parsed && parsed->is_object()) || attempt >= kInvalidBodyTries) break;
         fetcher.Backoff(1);
         r = fetcher.Get(*client, url);
       }
@@ -326,7 +327,6 @@ Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClie
       std::string reason;
       bool record = true;
       if (r->status == 200) {
-        auto parsed = ParseJsonCapped(r->body);
         if (parsed && parsed->is_object()) {
           status = ConfigStatus::kFetched;
         } else {
