@@ -97,7 +97,8 @@ int RunCrawlCommand(const GlobalOptions& global, const CrawlFlags& flags) {
   for (const auto& e : s.errors) std::printf("  failed: %s\n", e.c_str());
   std::printf("registry: %s\n", global.registry_path.c_str());
   if (s.interrupted) {
-    std::printf("interrupted: rerun with --resume to continue\n");
+    std::printf(options.model_ids.empty() ? "interrupted: rerun with --resume to continue\n"
+                                          : "interrupted: rerun the same command to finish\n");
     return kExitInterrupted;
   }
   return kExitOk;
@@ -119,7 +120,8 @@ void AddCrawlCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--library", flags->library, "e.g. transformers");
   cmd->add_option("--sort", flags->sort, "downloads, likes, createdAt, lastModified");
   cmd->add_option("--query", flags->query, "Any other list parameter as KEY=VALUE (repeatable)");
-  cmd->add_option("--max-models", flags->max_models, "Stop listing after this many models (0 = all)")
+  cmd->add_option("--max-models", flags->max_models,
+                  "Stop after the page that reaches this many models (0 = all; pages are stored whole)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--configs", flags->configs, "Fetch config.json of listed models")
       ->capture_default_str()
@@ -129,7 +131,12 @@ void AddCrawlCommand(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--rate", flags->rate, "Requests per second, all together (0 = no limit)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const double r = std::stod(v);
+            return r == 0 || r >= 0.001 ? std::string() : std::string("--rate must be 0 or at least 0.001");
+          },
+          "0 or >= 0.001"));
   cmd->add_option("--page-limit", flags->page_limit, "Models per list page")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));

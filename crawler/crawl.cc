@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <future>
+#include <set>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -15,6 +16,12 @@ namespace coverage::crawler {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Rejected entries kept per page (all are counted): a page of junk must not
+// turn into millions of rows.
+constexpr int64_t kRejectsKeptPerPage = 20;
+// Listing pages in a row without one valid model before the crawl gives up.
+constexpr int kMaxPagesWithoutModels = 10;
 
 std::string UrlEncode(std::string_view s) {
   static const char* kHex = "0123456789ABCDEF";
@@ -42,7 +49,7 @@ std::string Origin(const std::string& url) {
 // Shared by all threads: request pacing, counters, and interruptible waits.
 class Fetcher {
  public:
-  explicit Fetcher(const CrawlOptions& options) : options_(options), rng_(0x5eed) {}
+  explicit Fetcher(const CrawlOptions& options) : options_(options), rng_(std::random_device{}()) {}
 
   // GET with the retry policy; returns the last answer (which may be an
   // error status or a transport failure with status 0).
@@ -53,8 +60,16 @@ class Fetcher {
     for (int attempt = 1; attempt <= std::max(1, options_.retry.max_tries); ++attempt) {
       if (Stopped()) return Status::Aborted("interrupted");
       Pace();
+      if (Stopped()) return Status::Aborted("interrupted");
       COV_ASSIGN_OR_RETURN(last, client.Get(request));
       Count(&requests_);
+      if (last.status != 0 && !last.final_url.empty() && Origin(last.final_url) != Origin(options_.endpoint)) {
+        // Renamed repos redirect within the Hub; anything else is not followed.
+        last.error = "redirected off the endpoint to " + last.final_url.substr(0, 200);
+        last.status = 0;
+        last.body.clear();
+        return last;
+      }
       const bool retryable = last.status == 0 || IsRetryableStatus(last.status);
       if (!retryable || attempt == options_.retry.max_tries) return last;
       std::optional<RateLimit> rate_limit;
@@ -102,18 +117,19 @@ class Fetcher {
       slot = next_slot_;
       next_slot_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / options_.rate_per_s));
     }
-    std::this_thread::sleep_until(slot);
+    while (Clock::now() < slot && !Stopped()) {
+      std::this_thread::sleep_for(std::min<Clock::duration>(slot - Clock::now(), std::chrono::milliseconds(50)));
+    }
   }
   // Sleeps in short slices so that a stop request is seen quickly.
   void Sleep(double seconds) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      waited_s_ += seconds;
-    }
-    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    const auto start = Clock::now();
+    const auto until = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
     while (Clock::now() < until && !Stopped()) {
       std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    waited_s_ += std::chrono::duration<double>(Clock::now() - start).count();
   }
 
   const CrawlOptions& options_;
@@ -179,6 +195,8 @@ Status ListModels(const CrawlOptions& options, CrawlSink& sink, const HttpClient
   if (!url) return Status::Ok();
   std::unique_ptr<HttpClient> clients[2] = {make_client(), make_client()};
   int turn = 0;
+  std::set<std::string> visited;
+  int pages_without_models = 0;
   auto fetch_async = [&](const std::string& page_url) {
     HttpClient* client = clients[turn].get();
     turn ^= 1;
@@ -198,33 +216,44 @@ Status ListModels(const CrawlOptions& options, CrawlSink& sink, const HttpClient
       return Status::IoError("listing page " + *url + " points its next page off the endpoint (" +
                              next->substr(0, 200) + "); refusing to follow");
     }
+    // A hostile or broken server must not keep the crawl busy forever.
+    visited.insert(*url);
+    if (next && visited.count(*next)) {
+      return Status::IoError("listing page " + *url + " links back to a page already listed; refusing to loop");
+    }
+    if (static_cast<int64_t>(page->body.size()) > options.page_limit) {
+      return Status::IoError("listing page " + *url + " has " + std::to_string(page->body.size()) +
+                             " entries, more than the " + std::to_string(options.page_limit) + " asked for");
+    }
+    if (page->body.empty()) next.reset();  // an empty page ends the listing, whatever its Link says
     std::vector<HubModel> models;
     std::vector<Reject> rejects;
+    int64_t rejected = 0;
     for (const auto& entry : page->body) {
       auto m = ParseHubModel(entry);
       if (m) {
         models.push_back(std::move(*m));
-      } else {
+      } else if (++rejected <= kRejectsKeptPerPage) {
         rejects.push_back({entry.dump().substr(0, 300), m.error().message()});
       }
     }
+    pages_without_models = models.empty() ? pages_without_models + 1 : 0;
+    if (pages_without_models >= kMaxPagesWithoutModels) {
+      return Status::IoError("giving up: " + std::to_string(pages_without_models) +
+                             " listing pages in a row held no valid model (last " + *url + ")");
+    }
+    // --max-models stops after the page that reaches it; the page is stored
+    // whole, so a resumed crawl goes on at the next page.
     const bool last = options.max_models > 0 &&
                       summary.models + static_cast<int64_t>(models.size()) >= options.max_models;
     if (next && !last) pending = fetch_async(*next);
-    std::optional<std::string> stored_next = next;
-    if (last) {
-      // Cut short: the stored position stays on this page, so a resumed
-      // crawl lists it again (models are upserted, never duplicated).
-      if (summary.models + static_cast<int64_t>(models.size()) > options.max_models) stored_next = url;
-      models.resize(static_cast<size_t>(options.max_models - summary.models));
-    }
-    Status stored = sink.StorePage(crawl_id, models, rejects, stored_next);
+    Status stored = sink.StorePage(crawl_id, models, rejects, next);
     if (!stored.ok()) {
       if (pending.valid()) pending.wait();
       return stored;
     }
     summary.models += static_cast<int64_t>(models.size());
-    summary.rejects += static_cast<int64_t>(rejects.size());
+    summary.rejects += rejected;
     ++summary.pages;
     if (options.on_progress) options.on_progress({summary.pages, summary.models, 0, 0});
     if (last) return Status::Ok();
@@ -236,7 +265,7 @@ Status ListModels(const CrawlOptions& options, CrawlSink& sink, const HttpClient
 // Fetches named models one by one (`GET /api/models/{id}`) and stores each
 // as a one-model page; ids that break the Hub's rules are rejected unsent.
 Status FetchNamedModels(const CrawlOptions& options, CrawlSink& sink, const HttpClientFactory& make_client,
-                        Fetcher& fetcher, CrawlSummary& summary) {
+                        Fetcher& fetcher, CrawlSummary& summary, std::vector<std::string>* stored) {
   const std::string crawl_id = FirstPageUrl(options);
   COV_RETURN_IF_ERROR(sink.NextPage(crawl_id, /*resume=*/false).error());
   std::unique_ptr<HttpClient> client = make_client();
@@ -265,6 +294,7 @@ Status FetchNamedModels(const CrawlOptions& options, CrawlSink& sink, const Http
         auto body = ParseJsonCapped(r->body);
         auto m = body ? ParseHubModel(*body) : Result<HubModel>(body.error());
         if (m) {
+          stored->push_back(m->id);
           models.push_back(std::move(*m));
         } else {
           rejects.push_back({r->body.substr(0, 300), m.error().message()});
@@ -281,15 +311,21 @@ Status FetchNamedModels(const CrawlOptions& options, CrawlSink& sink, const Http
 }
 
 Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClientFactory& make_client,
-                    Fetcher& fetcher, CrawlSummary& summary) {
-  COV_ASSIGN_OR_RETURN(auto ids, sink.ModelsWithoutConfig(options.max_models));
+                    Fetcher& fetcher, CrawlSummary& summary, const std::vector<std::string>& stored_named) {
+  COV_ASSIGN_OR_RETURN(auto ids, sink.ModelsWithoutConfig(options.model_ids.empty() ? options.max_models : 0));
+  if (!options.model_ids.empty()) {
+    // A crawl of named models fetches only their configs.
+    std::set<std::string> named(stored_named.begin(), stored_named.end());
+    ids.erase(std::remove_if(ids.begin(), ids.end(), [&](const std::string& id) { return !named.count(id); }),
+              ids.end());
+  }
   std::mutex mu;
   size_t next = 0;
   int64_t done = 0;
   Status first_error;
-  // An endpoint that stops answering would otherwise cost every remaining
-  // model its full retry ladder: give up after this many consecutive
-  // transport failures (each already retried).
+  // An endpoint that stops answering (or answers only errors) would
+  // otherwise cost every remaining model its full retry ladder: give up after
+  // this many consecutive failed fetches (each already retried).
   constexpr int kMaxConsecutiveTransportFailures = 5;
   int consecutive_transport_failures = 0;
   auto worker = [&]() {
@@ -301,7 +337,15 @@ Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClie
         if (next >= ids.size() || !first_error.ok() || fetcher.Stopped()) return;
         id = ids[next++];
       }
-      if (!ValidateModelId(id).ok()) continue;  // never put an unchecked id into a URL
+      if (Status valid = ValidateModelId(id); !valid.ok()) {
+        // Never put an unchecked id into a URL; record why it has no config.
+        Status stored = sink.StoreConfig(id, ConfigStatus::kInvalid, valid.message(), "");
+        std::lock_guard<std::mutex> lock(mu);
+        if (!stored.ok() && first_error.ok()) first_error = stored;
+        ++summary.configs_invalid;
+        ++done;
+        continue;
+      }
       const std::string url = options.endpoint + "/" + id + "/resolve/main/config.json";
       auto r = fetcher.Get(*client, url);
       // A 200 whose body does not parse may be a cut or garbled transfer:
@@ -349,7 +393,7 @@ Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClie
         first_error = stored;
         return;
       }
-      if (r->status == 0) {
+      if (!record) {
         if (++consecutive_transport_failures >= kMaxConsecutiveTransportFailures && first_error.ok()) {
           first_error = Status::IoError("giving up on " + options.endpoint + ": " +
                                         std::to_string(consecutive_transport_failures) +
@@ -421,13 +465,14 @@ Result<CrawlSummary> RunCrawl(const CrawlOptions& options, CrawlSink& sink, cons
   if (options.page_limit < 1) return Status::InvalidArgument("page limit must be positive");
   CrawlSummary summary;
   Fetcher fetcher(options);
+  std::vector<std::string> named;
   if (options.model_ids.empty()) {
     COV_RETURN_IF_ERROR(ListModels(options, sink, make_client, fetcher, summary));
   } else {
-    COV_RETURN_IF_ERROR(FetchNamedModels(options, sink, make_client, fetcher, summary));
+    COV_RETURN_IF_ERROR(FetchNamedModels(options, sink, make_client, fetcher, summary, &named));
   }
   if (options.fetch_configs && !summary.interrupted) {
-    COV_RETURN_IF_ERROR(FetchConfigs(options, sink, make_client, fetcher, summary));
+    COV_RETURN_IF_ERROR(FetchConfigs(options, sink, make_client, fetcher, summary, named));
   }
   summary.requests = fetcher.requests();
   summary.retries = fetcher.retries();

@@ -63,7 +63,8 @@ struct CrawlOptions {
   std::string token;                                 // $HF_TOKEN, sent as a Bearer token, never logged
   std::vector<std::pair<std::string, std::string>> query;  // list parameters: search, author, filter, sort, ...
   int page_limit = 1000;      // `limit` per page
-  int64_t max_models = 0;     // stop listing after this many models (0 = all)
+  int64_t max_models = 0;     // stop after the page that reaches this many models (0 = all); pages
+                              // are stored whole, so a resumed crawl continues at the next one
   bool fetch_configs = true;
   int concurrency = 4;        // parallel config fetches
   double rate_per_s = 10;     // requests per second across all threads (0 = no limit)
@@ -80,12 +81,12 @@ struct CrawlOptions {
 struct CrawlSummary {
   int64_t pages = 0;
   int64_t models = 0;
-  int64_t rejects = 0;
+  int64_t rejects = 0;        // all rejected entries (at most 20 a page are kept in the sink)
   int64_t configs_fetched = 0, configs_missing = 0, configs_gated = 0, configs_invalid = 0;
   int64_t config_errors = 0;  // gave up after retries; left for the next crawl
   int64_t requests = 0;
   int64_t retries = 0;
-  double waited_s = 0;        // time spent in retry waits (scaled)
+  double waited_s = 0;        // time slept in retry waits, summed over threads
   double seconds = 0;
   bool interrupted = false;
   std::vector<std::string> errors;  // the first few, for the summary

@@ -139,6 +139,10 @@ Result<std::optional<CrawlState>> Registry::GetCrawl(const std::string& crawl_id
 }
 
 Status Registry::StartCrawl(const std::string& crawl_id) {
+  // A restarted crawl lists everything again: its old rejects would repeat.
+  COV_ASSIGN_OR_RETURN(auto clear, db_->Prepare("DELETE FROM crawl_rejects WHERE crawl_id = ?1"));
+  clear.Bind(1, crawl_id);
+  COV_RETURN_IF_ERROR(clear.Run());
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
       "INSERT INTO crawls(crawl_id, next_url) VALUES (?1, ?1) ON CONFLICT(crawl_id) DO UPDATE SET "
       "next_url = ?1, pages = 0, models = 0, rejects = 0, "

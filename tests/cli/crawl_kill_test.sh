@@ -11,13 +11,13 @@ fail=0
 check() {
   local name=$1
   shift
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name" >&2; fi
+  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name" >&2; return 1; fi
 }
 
 "$HUB" --synthetic 1000 --seed 11 --port 0 >"$TMP/hub.out" 2>&1 &
 hub_pid=$!
 trap 'kill $hub_pid 2>/dev/null; wait $hub_pid 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 100); do
+for _ in $(seq 400); do
   grep -q "http://" "$TMP/hub.out" && break
   sleep 0.05
 done
@@ -48,11 +48,13 @@ for delay in 0.1 0.3 0.7 1.2; do
   wait "$pid" 2>/dev/null
   ok=0
   for _ in $(seq 10); do
-    if crawl "$db" --resume >/dev/null 2>&1; then ok=1; break; fi
+    if crawl "$db" --resume >"$TMP/resume.out" 2>&1; then ok=1; break; fi
   done
-  check "resume after kill at ${delay}s finishes" test "$ok" -eq 1
+  check "resume after kill at ${delay}s finishes" test "$ok" -eq 1 || tail -3 "$TMP/resume.out" >&2
   dump "$db" >"$TMP/killed.dump"
-  check "kill at ${delay}s: same models and configs as the reference" cmp -s "$TMP/ref.dump" "$TMP/killed.dump"
+  if ! check "kill at ${delay}s: same models and configs as the reference" cmp -s "$TMP/ref.dump" "$TMP/killed.dump"; then
+    diff "$TMP/ref.dump" "$TMP/killed.dump" | head -5 | cut -c1-200 >&2
+  fi
 done
 
 echo "$pass passed, $fail failed"

@@ -93,22 +93,28 @@ TEST_F(Crawl, AnEndpointThatStopsAnsweringEndsTheCrawlInsteadOfHanging) {
   EXPECT_EQ(One("SELECT COUNT(*) FROM models"), "24");  // the listing is kept
 }
 
-TEST_F(Crawl, AKilledCrawlResumesWithoutDuplicates) {
+TEST_F(Crawl, AStoppedCrawlResumesAtTheNextPageWithoutDuplicates) {
   options_.fetch_configs = false;
-  options_.max_models = 12;  // stops in the middle of page two, as a kill would
-  ASSERT_TRUE(Run().has_value());
-  EXPECT_EQ(One("SELECT COUNT(*) FROM models"), "12");
+  options_.max_models = 12;  // reached on page two, which is stored whole
+  auto first = Run();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->pages, 2);
+  EXPECT_EQ(One("SELECT COUNT(*) FROM models"), "19");
   options_.max_models = 0;
   options_.resume = true;
   auto s = Run();
   ASSERT_TRUE(s.has_value()) << s.error().ToString();
-  EXPECT_EQ(s->pages, 2);  // the cut page again, then the last one
+  EXPECT_EQ(s->pages, 1);  // only the last page was left
   EXPECT_EQ(One("SELECT COUNT(*) FROM models"), "24");
-  EXPECT_EQ(One("SELECT COUNT(DISTINCT id) FROM models"), "24");
   // A finished crawl resumed has nothing left to list.
   auto again = Run();
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->pages, 0);
+  // Restarting lists everything again without repeating old rejects.
+  options_.resume = false;
+  ASSERT_TRUE(Run().has_value());
+  EXPECT_EQ(One("SELECT COUNT(*) FROM crawl_rejects"), "1");
+  EXPECT_EQ(One("SELECT COUNT(*) FROM models"), "24");
 }
 
 TEST_F(Crawl, NamedModelsAreFetchedOneByOne) {
@@ -119,6 +125,24 @@ TEST_F(Crawl, NamedModelsAreFetchedOneByOne) {
   EXPECT_EQ(s->rejects, 2);  // the malformed id (never sent) and the unknown one
   EXPECT_EQ(One("SELECT COUNT(*) FROM crawl_rejects WHERE reason = 'HTTP 404'"), "1");
   EXPECT_EQ(One("SELECT config_json FROM models WHERE id = '" + FakeHub::Id(2) + "'"), FakeHub::Config(2));
+  // Only the named models' configs were fetched.
+  EXPECT_EQ(s->configs_fetched, 2);
+}
+
+TEST_F(Crawl, AListingThatNeverEndsIsCut) {
+  hub_.models = 1000;
+  hub_.page_size = 50;
+  options_.page_limit = 50;
+  hub_.bad_entry.clear();
+  for (int64_t i = 0; i < 1000; ++i) hub_.bad_entry.insert(i);  // every entry hostile
+  options_.fetch_configs = false;
+  auto s = Run();
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message().find("held no valid model"), std::string::npos) << s.error().message();
+  EXPECT_EQ(hub_.requests(), 10);
+  // Nine pages were stored before giving up, each keeping 20 of its 50 rejects.
+  EXPECT_EQ(One("SELECT COUNT(*) FROM crawl_rejects"), "180");
+  EXPECT_EQ(One("SELECT rejects FROM crawls"), "180");
 }
 
 TEST_F(Crawl, ANextLinkOffTheEndpointIsRefused) {

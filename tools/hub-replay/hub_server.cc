@@ -361,6 +361,7 @@ void HubServer::Impl::ModelInfo(const httplib::Request& req, httplib::Response& 
     return JsonError(res, 404, "", "Not Found");
   }
   if (!IsPlausibleModelId(id)) return JsonError(res, 400, "", "Invalid model id");
+  if (!revision.empty() && !IsPlausibleModelId(revision)) return JsonError(res, 400, "", "Invalid revision");
   const std::optional<int64_t> index = catalog->Find(id);
   if (!index) {
     if (const std::optional<std::string> target = catalog->RedirectTarget(id)) {
@@ -380,6 +381,7 @@ void HubServer::Impl::ModelInfo(const httplib::Request& req, httplib::Response& 
 void HubServer::Impl::Resolve(const httplib::Request& req, httplib::Response& res, const std::string& id,
                               const std::string& revision, const std::string& file) {
   if (!IsPlausibleModelId(id)) return JsonError(res, 400, "", "Invalid model id");
+  if (!revision.empty() && !IsPlausibleModelId(revision)) return JsonError(res, 400, "", "Invalid revision");
   const std::optional<int64_t> index = catalog->Find(id);
   if (!index) {
     if (const std::optional<std::string> target = catalog->RedirectTarget(id)) {
