@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -658,6 +659,51 @@ TEST(HubReplayFaults, SameSeedGivesTheSameFaults) {
   const int ok = static_cast<int>(std::count(a.begin(), a.end(), 200));
   EXPECT_GT(ok, 25);
   EXPECT_LT(ok, 55);
+}
+
+TEST(HubReplayFaults, FaultsFollowEachTargetNotTheArrivalOrder) {
+  HubOptions options;
+  options.faults.rate = 0.3;
+  options.faults.seed = 11;
+  options.faults.kinds = {"500", "503"};
+  const std::string a = "/api/models?limit=2", b = "/api/models?limit=3";
+  auto statuses = [&](bool interleave) {
+    std::map<std::string, std::vector<int>> out;
+    auto hub = StartHub(options);
+    if (!hub) return out;
+    Client client;
+    for (int i = 0; i < 40; ++i) {
+      const std::string& target = interleave ? (i % 2 ? a : b) : (i < 20 ? a : b);
+      out[target].push_back(client.Get(hub->endpoint() + target).status);
+    }
+    return out;
+  };
+  const auto grouped = statuses(false);
+  const auto interleaved = statuses(true);
+  ASSERT_EQ(grouped.size(), 2u);
+  EXPECT_EQ(grouped, interleaved);
+  EXPECT_NE(grouped.at(a), grouped.at(b));  // each target has its own draws
+}
+
+TEST(HubReplayFaults, MaxInARowAnswersTheNextRequestNormally) {
+  HubOptions options;
+  options.faults.rate = 1.0;
+  options.faults.kinds = {"503"};
+  options.faults.max_in_a_row = 2;
+  auto hub = StartHub(options);
+  ASSERT_TRUE(hub);
+  Client client;
+  std::vector<int> seen;
+  for (int i = 0; i < 6; ++i) seen.push_back(client.Get(hub->endpoint() + "/api/models?limit=1").status);
+  EXPECT_EQ(seen, (std::vector<int>{503, 503, 200, 503, 503, 200}));
+  // Another target keeps its own count.
+  EXPECT_EQ(client.Get(hub->endpoint() + "/api/models?limit=2").status, 503);
+
+  HubOptions negative;
+  negative.faults.max_in_a_row = -1;
+  auto refused = HubServer::Start(negative);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_TRUE(refused.error().message().find("max_in_a_row") != std::string::npos) << refused.error().ToString();
 }
 
 TEST(HubReplayFaults, QuotaAnswers429AfterTheQuotaPerBucket) {

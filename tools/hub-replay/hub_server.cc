@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "core/check.h"
 #include "core/sha256.h"
@@ -27,6 +28,12 @@ constexpr char kText[] = "text/plain; charset=utf-8";
 constexpr int kThreads = 16;
 
 enum class Fault { kNone, k429, k500, k502, k503, kReset, kTruncate, kMalformed, kSlow };
+
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
 
 std::optional<Fault> ParseFault(const std::string& kind) {
   if (kind == "429") return Fault::k429;
@@ -135,6 +142,12 @@ struct HubServer::Impl {
   std::atomic<int64_t> quota_rejections{0};
 
   std::mutex quota_mutex;
+  struct TargetFaults {
+    uint32_t requests = 0;
+    uint32_t in_a_row = 0;
+  };
+  std::mutex fault_mutex;
+  std::unordered_map<uint64_t, TargetFaults> target_faults;  // by hash of method + target; only with faults on
   int64_t window_index[2] = {-1, -1};
   int64_t window_count[2] = {0, 0};
 
@@ -163,11 +176,31 @@ struct HubServer::Impl {
     return {count <= options.quota.requests, std::max<int64_t>(0, options.quota.requests - count), reset_s};
   }
 
-  Fault DecideFault(int64_t n) const {
+  // The fault of the k-th request (k = 0, 1, ...) for one method and target
+  // (path and query) is a hash of (seed, target, k): the same for the same
+  // seed however concurrent clients interleave. With max_in_a_row > 0, a
+  // request that follows that many faulted ones for the same target is
+  // answered normally.
+  Fault DecideFault(const std::string& method, const std::string& target) {
     if (options.faults.rate <= 0 || fault_kinds.empty()) return Fault::kNone;
-    const uint64_t seed = options.faults.seed;
-    if (UnitInterval(HashOf(seed, static_cast<uint64_t>(n), 0xfa17)) >= options.faults.rate) return Fault::kNone;
-    return fault_kinds[HashOf(seed, static_cast<uint64_t>(n), 0xfa18) % fault_kinds.size()];
+    const uint64_t key = Fnv1a(method + " " + target);
+    uint64_t k;
+    {
+      std::lock_guard<std::mutex> lock(fault_mutex);
+      TargetFaults& t = target_faults[key];
+      k = t.requests++;
+      if (options.faults.max_in_a_row > 0 && t.in_a_row >= static_cast<uint32_t>(options.faults.max_in_a_row)) {
+        t.in_a_row = 0;
+        return Fault::kNone;
+      }
+      const uint64_t seed = options.faults.seed;
+      if (UnitInterval(HashOf(seed ^ key, k, 0xfa17)) >= options.faults.rate) {
+        t.in_a_row = 0;
+        return Fault::kNone;
+      }
+      ++t.in_a_row;
+      return fault_kinds[HashOf(seed ^ key, k, 0xfa18) % fault_kinds.size()];
+    }
   }
 
   // Sleeps for `ms` unless Stop() comes first.
@@ -200,7 +233,7 @@ struct HubServer::Impl {
 };
 
 void HubServer::Impl::Handle(const httplib::Request& req, httplib::Response& res) {
-  const int64_t n = requests.fetch_add(1);
+  requests.fetch_add(1);
   const int bucket = req.path.find("/resolve/") != std::string::npos ? kResolverBucket : kApiBucket;
   std::optional<QuotaState> quota;
   if (options.quota.requests > 0) {
@@ -221,7 +254,7 @@ void HubServer::Impl::Handle(const httplib::Request& req, httplib::Response& res
     }
   }
 
-  const Fault fault = DecideFault(n);
+  const Fault fault = DecideFault(req.method, req.target);
   if (fault != Fault::kNone) ++faults;
   switch (fault) {
     case Fault::k429:
@@ -430,6 +463,10 @@ Status ValidateOptions(const HubOptions& o, std::vector<Fault>* kinds) {
     kinds->push_back(*f);
   }
   if (o.faults.rate > 0 && kinds->empty()) return Status::InvalidArgument("FaultOptions.kinds is empty");
+  if (o.faults.max_in_a_row < 0) {
+    return Status::InvalidArgument("FaultOptions.max_in_a_row must be >= 0 (0: no cap), not " +
+                                   std::to_string(o.faults.max_in_a_row));
+  }
   if (o.faults.slow_ms < 0 || o.faults.slow_ms > 600000) {
     return Status::InvalidArgument("FaultOptions.slow_ms must lie in [0, 600000]");
   }

@@ -14,9 +14,9 @@
 // `X-Error-Message`; ids that break the Hub's id rules get 400 and are never
 // used for anything else. tools/hub-replay/README.md has every detail.
 //
-// Faults (FaultOptions) are decided per request by a hash of (seed, request
-// number), so one sequential client sees the same faults for the same seed;
-// with concurrent clients the request numbering follows arrival order.
+// Faults (FaultOptions) are decided by a hash of (seed, method and target,
+// how many times that target was requested before), so the same seed gives
+// the same faults however concurrent clients interleave.
 //
 // Thread safety: Start returns a running server that answers requests on its
 // own threads; all const methods may be called from any thread at any time.
@@ -45,6 +45,9 @@ struct FaultOptions {
   //   "slow"       the real response after slow_ms
   std::vector<std::string> kinds = {"429", "500", "502", "503", "reset", "truncate", "malformed"};  // also "slow"
   int slow_ms = 2000;                                                                               // delay for "slow"
+  // 0: no cap. Otherwise a request that follows this many faulted requests
+  // in a row for the same target is answered normally (transient faults).
+  int max_in_a_row = 0;
 };
 
 // Like the Hub's quotas: fixed windows of window_s seconds from the start,

@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--fault-seed", options.faults.seed, "Seed of the fault sequence")->capture_default_str();
+  app.add_option("--max-faults-in-a-row", options.faults.max_in_a_row,
+                 "Answer a URL normally after this many faulted requests for it in a row (0 = no cap)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--slow-ms", options.faults.slow_ms, "Delay of a 'slow' fault in milliseconds")
       ->capture_default_str()
       ->check(CLI::Range(0, 600000));
