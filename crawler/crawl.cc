@@ -354,7 +354,7 @@ Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClie
       constexpr int kInvalidBodyTries = 3;
       Result<nlohmann::json> parsed = Status::Internal("not parsed");
       for (int attempt = 1; r && r->status == 200; ++attempt) {
-        parsed = ParseJsonCapped(r->body);
+        parsed = ParseJsonCapped(r->body, {.python_literals = true});
         if ((parsed && parsed->is_object()) || attempt >= kInvalidBodyTries) break;
         fetcher.Backoff(1);
         r = fetcher.Get(*client, url);

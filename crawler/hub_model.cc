@@ -46,37 +46,6 @@ Result<std::vector<std::string>> OptStrings(const json& entry, const char* name,
 
 }  // namespace
 
-Result<json> ParseJsonCapped(std::string_view body, int max_depth) {
-  // One byte scan for the nesting depth (outside strings) before parsing:
-  // cheaper than nlohmann's callback parser, which is slow on large objects.
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : body) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) {
-        return Status::InvalidArgument("JSON nested deeper than " + std::to_string(max_depth) + " levels");
-      }
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::InvalidArgument("body is not valid JSON");
-  return j;
-}
-
 Result<HubModel> ParseHubModel(const json& entry) {
   if (!entry.is_object()) return Status::InvalidArgument("model entry is not a JSON object");
   if (!entry.contains("id") || !entry["id"].is_string()) {

@@ -13,14 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_capped.h"
 #include "core/result.h"
 
 namespace coverage::crawler {
-
-inline constexpr int kMaxJsonDepth = 64;
-
-// Parses `body`, refusing nesting deeper than `max_depth` and non-JSON.
-Result<nlohmann::json> ParseJsonCapped(std::string_view body, int max_depth = kMaxJsonDepth);
 
 struct HubModel {
   std::string id;

@@ -215,5 +215,19 @@ TEST(HubModel, DeepOrBrokenJsonIsRefused) {
   }
 }
 
+TEST(HubModel, PythonNonFiniteLiteralsParseAsNullOnlyWhenAsked) {
+  // As in real config.json files written by Python's json module.
+  const std::string body = R"({"time_step_limit": [0.0, Infinity], "a": -Infinity, "b": NaN, "s": "NaN Infinity"})";
+  EXPECT_FALSE(ParseJsonCapped(body).has_value());
+  auto j = ParseJsonCapped(body, {.python_literals = true});
+  ASSERT_TRUE(j.has_value()) << j.error().ToString();
+  EXPECT_TRUE((*j)["time_step_limit"][1].is_null());
+  EXPECT_TRUE((*j)["a"].is_null());
+  EXPECT_TRUE((*j)["b"].is_null());
+  EXPECT_EQ((*j)["s"], "NaN Infinity");  // strings are left alone
+  EXPECT_FALSE(ParseJsonCapped("{\"a\": Infinit}", {.python_literals = true}).has_value());
+  EXPECT_FALSE(ParseJsonCapped("{\"a\": -5, \"b\": Nope}", {.python_literals = true}).has_value());
+}
+
 }  // namespace
 }  // namespace coverage::crawler
