@@ -9,12 +9,14 @@
 #include <random>
 #include <thread>
 
+#include "crawler/fetcher.h"
 #include "crawler/link_header.h"
 #include "crawler/model_id.h"
 
 namespace coverage::crawler {
 namespace {
 
+using namespace detail;
 using Clock = std::chrono::steady_clock;
 
 // Rejected entries kept per page (all are counted): a page of junk must not
@@ -23,166 +25,6 @@ constexpr int64_t kRejectsKeptPerPage = 20;
 // Listing pages in a row without one valid model before the crawl gives up.
 constexpr int kMaxPagesWithoutModels = 10;
 
-std::string UrlEncode(std::string_view s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
-// "https://host:port" of a URL, for keeping the cursor on the endpoint.
-std::string Origin(const std::string& url) {
-  const size_t scheme = url.find("://");
-  if (scheme == std::string::npos) return "";
-  const size_t path = url.find('/', scheme + 3);
-  return url.substr(0, path);
-}
-
-// Shared by all threads: request pacing, counters, and interruptible waits.
-class Fetcher {
- public:
-  explicit Fetcher(const CrawlOptions& options) : options_(options), rng_(std::random_device{}()) {}
-
-  // GET with the retry policy; returns the last answer (which may be an
-  // error status or a transport failure with status 0).
-  Result<HttpResponse> Get(HttpClient& client, const std::string& url) {
-    HttpRequest request{url, {{"Accept", "application/json"}}};
-    if (!options_.token.empty()) request.headers.emplace_back("Authorization", "Bearer " + options_.token);
-    HttpResponse last;
-    for (int attempt = 1; attempt <= std::max(1, options_.retry.max_tries); ++attempt) {
-      if (Stopped()) return Status::Aborted("interrupted");
-      Pace();
-      if (Stopped()) return Status::Aborted("interrupted");
-      COV_ASSIGN_OR_RETURN(last, client.Get(request));
-      Count(&requests_);
-      if (last.status != 0 && !last.final_url.empty() && Origin(last.final_url) != Origin(options_.endpoint)) {
-        // Renamed repos redirect within the Hub; anything else is not followed.
-        last.error = "redirected off the endpoint to " + last.final_url.substr(0, 200);
-        last.status = 0;
-        last.body.clear();
-        return last;
-      }
-      const bool retryable = last.status == 0 || IsRetryableStatus(last.status);
-      if (!retryable || attempt == options_.retry.max_tries) return last;
-      std::optional<RateLimit> rate_limit;
-      if (const std::string h = last.Header("RateLimit"); !h.empty()) rate_limit = ParseRateLimit(h);
-      std::optional<double> retry_after;
-      if (const std::string h = last.Header("Retry-After"); !h.empty()) retry_after = ParseRetryAfter(h, std::time(nullptr));
-      const double wait = WaitBeforeRetry(options_.retry, attempt, rate_limit, retry_after, Random()) * options_.wait_scale;
-      Count(&retries_);
-      Sleep(wait);
-    }
-    return last;
-  }
-
-  bool Stopped() const { return options_.stop && options_.stop->load(); }
-
-  // Waits as after a failed try that had no server hint.
-  void Backoff(int attempt) {
-    Count(&retries_);
-    Sleep(BackoffSeconds(options_.retry, attempt, Random()) * options_.wait_scale);
-  }
-  int64_t requests() const { return requests_; }
-  int64_t retries() const { return retries_; }
-  double waited_s() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return waited_s_;
-  }
-
- private:
-  void Count(int64_t* counter) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++*counter;
-  }
-  double Random() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
-  }
-  // One request every 1/rate seconds across all threads.
-  void Pace() {
-    if (options_.rate_per_s <= 0) return;
-    Clock::time_point slot;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      const auto now = Clock::now();
-      next_slot_ = std::max(next_slot_, now);
-      slot = next_slot_;
-      next_slot_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / options_.rate_per_s));
-    }
-    while (Clock::now() < slot && !Stopped()) {
-      std::this_thread::sleep_for(std::min<Clock::duration>(slot - Clock::now(), std::chrono::milliseconds(50)));
-    }
-  }
-  // Sleeps in short slices so that a stop request is seen quickly.
-  void Sleep(double seconds) {
-    const auto start = Clock::now();
-    const auto until = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-    while (Clock::now() < until && !Stopped()) {
-      std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(50)));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    waited_s_ += std::chrono::duration<double>(Clock::now() - start).count();
-  }
-
-  const CrawlOptions& options_;
-  mutable std::mutex mu_;
-  std::mt19937_64 rng_;
-  Clock::time_point next_slot_{};
-  int64_t requests_ = 0, retries_ = 0;
-  double waited_s_ = 0;
-};
-
-std::string Describe(const HttpResponse& r) {
-  if (r.status == 0) return "transport error: " + r.error;
-  std::string s = "HTTP " + std::to_string(r.status);
-  if (const std::string code = r.Header("X-Error-Code"); !code.empty()) s += " " + code;
-  return s;
-}
-
-// One list page, fetched and parsed. A 200 whose body is not a JSON array
-// (a truncated or garbled page) is retried like a failed request.
-struct Page {
-  HttpResponse response;
-  nlohmann::json body;
-  bool aborted = false;
-};
-
-Result<Page> FetchPage(const CrawlOptions& options, HttpClient& client, Fetcher& fetcher, const std::string& url) {
-  Page page;
-  for (int attempt = 1;; ++attempt) {
-    auto fetched = fetcher.Get(client, url);
-    if (!fetched) {
-      if (fetched.error().code() == StatusCode::kAborted) {
-        page.aborted = true;
-        return page;
-      }
-      return fetched.error();
-    }
-    page.response = std::move(*fetched);
-    if (page.response.status != 200) {
-      return Status::IoError("listing page " + url + " failed: " + Describe(page.response));
-    }
-    auto body = ParseJsonCapped(page.response.body);
-    if (body && body->is_array()) {
-      page.body = std::move(*body);
-      return page;
-    }
-    if (attempt >= options.retry.max_tries) {
-      return Status::IoError("listing page " + url + " is not a JSON array" +
-                             (body ? std::string() : ": " + body.error().message()) + " (after " +
-                             std::to_string(attempt) + " tries)");
-    }
-    fetcher.Backoff(attempt);
-  }
-}
 
 // Lists pages until the listing ends, `max_models` is reached or a stop.
 // The next page is fetched while the current one is validated and stored,
@@ -346,48 +188,13 @@ Status FetchConfigs(const CrawlOptions& options, CrawlSink& sink, const HttpClie
         ++done;
         continue;
       }
-      const std::string url = options.endpoint + "/" + id + "/resolve/main/config.json";
-      auto r = fetcher.Get(*client, url);
-      // A 200 whose body does not parse may be a cut or garbled transfer:
-      // fetch it again (up to kInvalidBodyTries times) before calling the
-      // config invalid.
-      constexpr int kInvalidBodyTries = 3;
-      Result<nlohmann::json> parsed = Status::Internal("not parsed");
-      for (int attempt = 1; r && r->status == 200; ++attempt) {
-        parsed = ParseJsonCapped(r->body, {.python_literals = true});
-        if ((parsed && parsed->is_object()) || attempt >= kInvalidBodyTries) break;
-        fetcher.Backoff(1);
-        r = fetcher.Get(*client, url);
-      }
+      ConfigFetch fetched = FetchConfig(options.endpoint, *client, fetcher, id);
       Status stored;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (!r) {
-          if (r.error().code() != StatusCode::kAborted) ++summary.config_errors;
-          continue;
-        }
-      }
-      ConfigStatus status = ConfigStatus::kInvalid;
-      std::string reason;
-      bool record = true;
-      if (r->status == 200) {
-        if (parsed && parsed->is_object()) {
-          status = ConfigStatus::kFetched;
-        } else {
-          status = ConfigStatus::kInvalid;
-          reason = parsed ? "config.json is not a JSON object" : parsed.error().message();
-        }
-      } else if (r->status == 401 || r->status == 403) {
-        status = ConfigStatus::kGated;
-        reason = Describe(*r);
-      } else if (r->status == 404) {
-        status = ConfigStatus::kMissing;
-        reason = Describe(*r);
-      } else {
-        record = false;  // transport error or server error after retries: try again next crawl
-        reason = Describe(*r);
-      }
-      if (record) stored = sink.StoreConfig(id, status, reason, status == ConfigStatus::kFetched ? r->body : "");
+      if (fetched.aborted) continue;  // the loop head sees the stop
+      const ConfigStatus status = fetched.status;
+      const std::string& reason = fetched.reason;
+      const bool record = fetched.record;
+      if (record) stored = sink.StoreConfig(id, status, reason, fetched.body);
       std::lock_guard<std::mutex> lock(mu);
       if (!stored.ok()) {
         first_error = stored;
