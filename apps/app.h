@@ -58,6 +58,7 @@ int ReportError(const Status& status);
 void AddCaptureCommand(CLI::App& app, GlobalOptions& global);
 void AddCrawlCommand(CLI::App& app, GlobalOptions& global);
 void AddRegistryCommand(CLI::App& app, GlobalOptions& global);
+void AddSelectCommand(CLI::App& app, GlobalOptions& global);
 void AddRunCommand(CLI::App& app, GlobalOptions& global);
 
 }  // namespace coverage::apps

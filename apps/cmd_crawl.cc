@@ -7,8 +7,11 @@
 
 #include "apps/app.h"
 #include "core/progress.h"
+#include "crawler/agent.h"
 #include "crawler/curl_http_client.h"
 #include "registry/registry.h"
+#include "selection/features.h"
+#include "selection/signature.h"
 #include "stages/crawl_stage.h"
 
 namespace coverage::apps {
@@ -26,9 +29,79 @@ struct CrawlFlags {
   int page_limit = 1000;
   bool resume = false;
   std::vector<std::string> models;
+  bool agent = false;
+  int64_t budget = 10000;
+  uint64_t seed = 1;
+  double min_gain = 0.0001;
+  std::string trace;
+  bool explain = false;
+  std::string defaults;
 };
 
+std::string TracePath(const GlobalOptions& global, const CrawlFlags& flags) {
+  if (!flags.trace.empty()) return flags.trace;
+  std::string base = global.registry_path;
+  if (base.size() > 3 && base.compare(base.size() - 3, 3, ".db") == 0) base.resize(base.size() - 3);
+  return base + ".agent.jsonl";
+}
+
+int RunAgentCommand(const GlobalOptions& global, const CrawlFlags& flags, crawler::CrawlOptions transport) {
+  const std::string defaults_path =
+      flags.defaults.empty() ? global.home + "/data/transformers_defaults.jsonl" : flags.defaults;
+  auto defaults = selection::FamilyDefaults::Load(defaults_path);
+  if (!defaults) return ReportError(defaults.error().WithContext("--defaults"));
+  auto reg = OpenRegistry(global, /*read_only=*/false, /*create=*/true);
+  if (!reg) return ReportError(reg.error());
+  stages::RegistryCrawlSink sink(reg->get());
+  crawler::AgentOptions options;
+  options.transport = std::move(transport);
+  options.budget = flags.budget;
+  options.seed = flags.seed;
+  options.min_gain = flags.min_gain;
+  options.trace_path = TracePath(global, flags);
+  options.resume = flags.resume;
+  Progress progress("agent", flags.budget, !global.quiet);
+  options.on_progress = [&](int64_t requests, int64_t fine) {
+    progress.Update(requests, fmt::format("{} fine signatures", fine));
+  };
+  const selection::FamilyDefaults& table = **defaults;
+  crawler::Classifier classify = [&table](std::string_view config) -> std::optional<std::string> {
+    auto f = selection::ExtractFeatures(config, table);
+    if (!f) return std::nullopt;
+    return selection::FineSignature(*f);
+  };
+  crawler::CurlOptions curl;
+  auto make_client = [&]() -> std::unique_ptr<crawler::HttpClient> {
+    return std::make_unique<crawler::CurlHttpClient>(curl);
+  };
+  std::printf("crawl agent on %s: budget %lld requests (trace %s)\n", options.transport.endpoint.c_str(),
+              static_cast<long long>(options.budget), options.trace_path.c_str());
+  auto summary = crawler::RunAgent(options, sink, make_client, classify);
+  progress.Finish();
+  if (!summary) return ReportError(summary.error().WithContext("crawl agent"));
+  const auto& s = *summary;
+  std::printf("agent: %lld of %lld requests used (%lld list pages, %lld config fetches this run)\n",
+              static_cast<long long>(s.requests), static_cast<long long>(options.budget),
+              static_cast<long long>(s.pages), static_cast<long long>(s.configs_fetched));
+  std::printf("  %lld fine signatures found in %lld regions (%lld saturated)\n",
+              static_cast<long long>(s.fine_signatures), static_cast<long long>(s.regions),
+              static_cast<long long>(s.saturated_regions));
+  std::printf("  stopped: %s\n", s.stopped_because.c_str());
+  std::printf("registry: %s; why it did what it did: coverage crawl --explain\n", global.registry_path.c_str());
+  if (s.interrupted) {
+    std::printf("interrupted: rerun with --agent --resume to continue\n");
+    return kExitInterrupted;
+  }
+  return kExitOk;
+}
+
 int RunCrawlCommand(const GlobalOptions& global, const CrawlFlags& flags) {
+  if (flags.explain) {
+    auto text = crawler::ExplainTrace(TracePath(global, flags));
+    if (!text) return ReportError(text.error());
+    std::printf("%s", text->c_str());
+    return kExitOk;
+  }
   crawler::CrawlOptions options;
   options.endpoint = flags.endpoint;
   if (options.endpoint.empty()) {
@@ -64,6 +137,13 @@ int RunCrawlCommand(const GlobalOptions& global, const CrawlFlags& flags) {
     return ReportError(Status::InvalidArgument("--resume continues a listing; it does not go with --model"));
   }
   options.stop = InstallStopHandler();
+  if (flags.agent) {
+    if (!flags.models.empty() || !options.query.empty() || flags.max_models > 0) {
+      return ReportError(Status::InvalidArgument(
+          "--agent chooses its own queries; it does not go with --model, --query, --search, --filter or --max-models"));
+    }
+    return RunAgentCommand(global, flags, options);
+  }
 
   auto reg = OpenRegistry(global, /*read_only=*/false, /*create=*/true);
   if (!reg) return ReportError(reg.error());
@@ -140,9 +220,23 @@ void AddCrawlCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--page-limit", flags->page_limit, "Models per list page")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  cmd->add_flag("--resume", flags->resume, "Continue the same crawl where it stopped");
+  cmd->add_flag("--resume", flags->resume, "Continue the same crawl (or agent run) where it stopped");
   cmd->add_option("--model", flags->models,
                   "Fetch only these models (GET /api/models/{id}, following renames) instead of listing (repeatable)");
+  cmd->add_flag("--agent", flags->agent,
+                "Let the crawl agent decide what to list and which configs to fetch, within --budget requests");
+  cmd->add_option("--budget", flags->budget, "Agent: requests in all, retries included, across --resume runs")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--seed", flags->seed, "Agent: seed of its random picks within a region")->capture_default_str();
+  cmd->add_option("--min-gain", flags->min_gain,
+                  "Agent: stop when no action is expected to reveal this many new fine signatures per request")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--trace", flags->trace, "Agent: JSONL trace of its decisions [default: REGISTRY minus .db + .agent.jsonl]");
+  cmd->add_option("--defaults", flags->defaults,
+                  "Agent: family defaults for reading configs [default: HOME/data/transformers_defaults.jsonl]");
+  cmd->add_flag("--explain", flags->explain, "Summarise the agent's trace (what it did and why) and exit");
   cmd->callback([&global, flags]() { global.exit_code = RunCrawlCommand(global, *flags); });
 }
 

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   AddCrawlCommand(app, global);
+  AddSelectCommand(app, global);
   AddCaptureCommand(app, global);
   AddRegistryCommand(app, global);
   AddRunCommand(app, global);

@@ -226,6 +226,129 @@ Status Registry::StoreConfig(const std::string& model_id, const std::string& sta
   return Status::Ok();
 }
 
+Status Registry::ForEachHubModel(
+    const std::function<Status(const HubModelRecord&, const std::string&, const std::string&)>& fn) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT id, COALESCE(author, ''), COALESCE(sha, ''), COALESCE(downloads, 0), COALESCE(likes, 0), "
+      "COALESCE(tags_json, '[]'), COALESCE(pipeline_tag, ''), COALESCE(library_name, ''), COALESCE(created_at, ''), "
+      "COALESCE(last_modified, ''), COALESCE(gated, 'false'), COALESCE(private, 0), COALESCE(model_type, ''), "
+      "COALESCE(architectures_json, '[]'), COALESCE(config_status, ''), COALESCE(config_json, '') "
+      "FROM models WHERE crawled_at IS NOT NULL ORDER BY id"));
+  HubModelRecord r;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) return Status::Ok();
+    r.id = stmt.Text(0);
+    r.author = stmt.Text(1);
+    r.sha = stmt.Text(2);
+    r.downloads = stmt.Int(3);
+    r.likes = stmt.Int(4);
+    r.tags_json = stmt.Text(5);
+    r.pipeline_tag = stmt.Text(6);
+    r.library_name = stmt.Text(7);
+    r.created_at = stmt.Text(8);
+    r.last_modified = stmt.Text(9);
+    r.gated = stmt.Text(10);
+    r.is_private = stmt.Int(11) != 0;
+    r.model_type = stmt.Text(12);
+    r.architectures_json = stmt.Text(13);
+    COV_RETURN_IF_ERROR(fn(r, stmt.Text(14), stmt.Text(15)));
+  }
+}
+
+Result<std::vector<ConfigRow>> Registry::ConfigsNeedingFeatures(int version, const std::string& after, int limit) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT m.id, m.config_json FROM models m WHERE m.config_status = 'fetched' AND m.config_json IS NOT NULL "
+      "AND m.id > ?1 AND NOT EXISTS (SELECT 1 FROM features f WHERE f.model_id = m.id AND f.version = ?2) "
+      "ORDER BY m.id LIMIT ?3"));
+  stmt.Bind(1, after).Bind(2, version).Bind(3, limit);
+  std::vector<ConfigRow> rows;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    rows.push_back({stmt.Text(0), stmt.Text(1)});
+  }
+  return rows;
+}
+
+Status Registry::StoreFeatures(const std::vector<FeatureRecord>& features) {
+  return InTransaction(*db_, [&]() -> Status {
+    COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+        "INSERT INTO features (model_id, version, status, reason, understood, features_json, coarse, fine) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(model_id) DO UPDATE SET version = excluded.version, "
+        "status = excluded.status, reason = excluded.reason, understood = excluded.understood, "
+        "features_json = excluded.features_json, coarse = excluded.coarse, fine = excluded.fine, "
+        "derived_at = strftime('%Y-%m-%dT%H:%M:%SZ','now')"));
+    for (const FeatureRecord& f : features) {
+      stmt.Bind(1, f.model_id).Bind(2, f.version).Bind(3, f.ok ? "ok" : "failed");
+      if (f.ok) {
+        stmt.BindNull(4).Bind(5, f.understood ? 1 : 0).Bind(6, f.features_json).Bind(7, f.coarse).Bind(8, f.fine);
+      } else {
+        stmt.Bind(4, f.reason).Bind(5, 0).BindNull(6).BindNull(7).BindNull(8);
+      }
+      COV_RETURN_IF_ERROR(stmt.Run());
+      COV_RETURN_IF_ERROR(stmt.Reset());
+    }
+    return Status::Ok();
+  });
+}
+
+Status Registry::ForEachFeature(int version, const std::function<Status(const FeatureRecord&)>& fn) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT f.model_id, f.status, f.reason, f.understood, f.features_json, f.coarse, f.fine, "
+      "COALESCE(m.downloads, 0) FROM features f JOIN models m ON m.id = f.model_id WHERE f.version = ?1 "
+      "ORDER BY f.model_id"));
+  stmt.Bind(1, version);
+  FeatureRecord r;
+  r.version = version;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) return Status::Ok();
+    r.model_id = stmt.Text(0);
+    r.ok = stmt.Text(1) == "ok";
+    r.reason = stmt.Text(2);
+    r.understood = stmt.Int(3) != 0;
+    r.features_json = stmt.Text(4);
+    r.coarse = stmt.Text(5);
+    r.fine = stmt.Text(6);
+    r.downloads = stmt.Int(7);
+    COV_RETURN_IF_ERROR(fn(r));
+  }
+}
+
+Result<int64_t> Registry::StoreSelection(const SelectionRecord& selection, const std::vector<RepresentativeRecord>& reps,
+                                         const std::vector<MemberRecord>& members) {
+  int64_t id = 0;
+  COV_RETURN_IF_ERROR(InTransaction(*db_, [&]() -> Status {
+    COV_ASSIGN_OR_RETURN(auto sel, db_->Prepare(
+        "INSERT INTO selections (k, seed, feature_version, models, coverage_json, warnings_json) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));
+    sel.Bind(1, selection.k).Bind(2, static_cast<int64_t>(selection.seed)).Bind(3, selection.feature_version)
+        .Bind(4, selection.models).Bind(5, selection.coverage_json).Bind(6, selection.warnings_json);
+    COV_RETURN_IF_ERROR(sel.Run());
+    id = db_->LastInsertRowId();
+    COV_ASSIGN_OR_RETURN(auto rep, db_->Prepare(
+        "INSERT INTO representatives (selection_id, rank, model_id, reason, distance_when_chosen, stands_for, "
+        "downloads_represented) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"));
+    for (const RepresentativeRecord& r : reps) {
+      rep.Bind(1, id).Bind(2, r.rank).Bind(3, r.model_id).Bind(4, r.reason).Bind(5, r.distance_when_chosen)
+          .Bind(6, r.stands_for).Bind(7, r.downloads_represented);
+      COV_RETURN_IF_ERROR(rep.Run());
+      COV_RETURN_IF_ERROR(rep.Reset());
+    }
+    COV_ASSIGN_OR_RETURN(auto mem, db_->Prepare(
+        "INSERT INTO selection_members (selection_id, model_id, representative_rank, distance) "
+        "VALUES (?1, ?2, ?3, ?4)"));
+    for (const MemberRecord& m : members) {
+      mem.Bind(1, id).Bind(2, m.model_id).Bind(3, m.representative_rank).Bind(4, m.distance);
+      COV_RETURN_IF_ERROR(mem.Run());
+      COV_RETURN_IF_ERROR(mem.Reset());
+    }
+    return Status::Ok();
+  }));
+  return id;
+}
+
 Result<int64_t> Registry::PruneOrphanCases() {
   COV_RETURN_IF_ERROR(db_->Exec(
       "DELETE FROM op_cases WHERE NOT EXISTS (SELECT 1 FROM case_sources s WHERE s.case_id = op_cases.case_id) "

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -119,6 +120,48 @@ struct ResultRecord {
   std::string detail_json;  // per-output metrics and timing breakdown
 };
 
+// A model's config as stored, for feature extraction.
+struct ConfigRow {
+  std::string model_id;
+  std::string config_json;
+};
+
+// The features derived from one model's config (registry table `features`).
+struct FeatureRecord {
+  std::string model_id;
+  int version = 0;
+  bool ok = false;
+  std::string reason;  // why extraction failed
+  bool understood = false;
+  std::string features_json;
+  std::string coarse, fine;
+  int64_t downloads = 0;  // models.downloads, filled by ForEachFeature
+};
+
+struct SelectionRecord {
+  int k = 0;
+  uint64_t seed = 0;
+  int feature_version = 0;
+  int64_t models = 0;
+  std::string coverage_json;
+  std::string warnings_json = "[]";
+};
+
+struct RepresentativeRecord {
+  int rank = 0;
+  std::string model_id;
+  std::string reason;
+  double distance_when_chosen = 0;
+  int64_t stands_for = 0;
+  int64_t downloads_represented = 0;
+};
+
+struct MemberRecord {
+  std::string model_id;
+  int representative_rank = 0;
+  double distance = 0;
+};
+
 // Rows of a read-only query, as text (NULL becomes "").
 struct QueryRows {
   std::vector<std::string> columns;
@@ -165,9 +208,28 @@ class Registry {
   // Models listed by crawls whose config.json has not been fetched (no status
   // yet), most downloaded first.
   Result<std::vector<std::string>> ModelsWithoutConfig(int64_t limit);
+  // Every model with Hub metadata (crawled), in id order, with its config
+  // status ("" when none yet) and config JSON.
+  Status ForEachHubModel(
+      const std::function<Status(const HubModelRecord&, const std::string& config_status, const std::string& config)>&
+          fn);
   // status: fetched (with the exact bytes), missing, gated or invalid (with a reason).
   Status StoreConfig(const std::string& model_id, const std::string& status, const std::string& reason,
                      const std::string& config_json);
+
+  // Up to `limit` models with a fetched config whose id sorts after
+  // `after` and that have no features of `version`, in id order (keyset
+  // pagination: call again with the last id).
+  Result<std::vector<ConfigRow>> ConfigsNeedingFeatures(int version, const std::string& after, int limit);
+  // Replaces the features of these models, in one transaction.
+  Status StoreFeatures(const std::vector<FeatureRecord>& features);
+  // Calls `fn` for every features row of `version` (with the model's
+  // downloads), in model id order; stops at the first error `fn` returns.
+  Status ForEachFeature(int version, const std::function<Status(const FeatureRecord&)>& fn);
+  // Stores a selection with its representatives and members in one
+  // transaction; returns its selection_id.
+  Result<int64_t> StoreSelection(const SelectionRecord& selection, const std::vector<RepresentativeRecord>& reps,
+                                 const std::vector<MemberRecord>& members);
 
   Result<std::vector<StoredCase>> FindCases(const CaseFilter& filter);
   Result<std::optional<StoredCase>> GetCaseByKey(const std::string& key);

@@ -164,12 +164,84 @@ CREATE VIEW v_models_per_type AS
   FROM models GROUP BY COALESCE(model_type, '');
 )sql";
 
+// Version 3: architectural features of each model's config (derived by a
+// numbered extractor version; a changed config drops its features through a
+// trigger) and selections of representative models.
+constexpr std::string_view kV3 = R"sql(
+CREATE TABLE features (
+  model_id      TEXT PRIMARY KEY REFERENCES models(id) ON DELETE CASCADE,
+  version       INTEGER NOT NULL,      -- the feature extractor version that derived the row
+  status        TEXT NOT NULL CHECK (status IN ('ok', 'failed')),
+  reason        TEXT,                  -- why extraction failed
+  understood    INTEGER NOT NULL DEFAULT 0,
+  features_json TEXT,                  -- selection/features.h ToJson
+  coarse        TEXT,                  -- coarse signature (Note [Signatures])
+  fine          TEXT,                  -- fine signature
+  derived_at    TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now'))
+);
+CREATE INDEX features_coarse ON features(coarse);
+CREATE INDEX features_fine ON features(fine);
+CREATE TRIGGER features_stale AFTER UPDATE OF config_json ON models
+  WHEN OLD.config_json IS NOT NEW.config_json
+  BEGIN DELETE FROM features WHERE model_id = NEW.id; END;
+
+CREATE TABLE selections (
+  selection_id    INTEGER PRIMARY KEY,
+  created_at      TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  k               INTEGER NOT NULL,
+  seed            INTEGER NOT NULL,
+  feature_version INTEGER NOT NULL,
+  models          INTEGER NOT NULL,    -- models selected from
+  coverage_json   TEXT NOT NULL,       -- coverage figures (selection/selection.h Coverage)
+  warnings_json   TEXT NOT NULL        -- JSON array of strings
+);
+
+CREATE TABLE representatives (
+  selection_id          INTEGER NOT NULL REFERENCES selections(selection_id) ON DELETE CASCADE,
+  rank                  INTEGER NOT NULL,  -- 1 = chosen first
+  model_id              TEXT NOT NULL,
+  reason                TEXT NOT NULL,
+  distance_when_chosen  REAL NOT NULL,
+  stands_for            INTEGER NOT NULL,  -- models assigned to it, itself included
+  downloads_represented INTEGER NOT NULL,
+  PRIMARY KEY (selection_id, rank)
+);
+
+-- Which representative each model of a selection is assigned to.
+CREATE TABLE selection_members (
+  selection_id        INTEGER NOT NULL REFERENCES selections(selection_id) ON DELETE CASCADE,
+  model_id            TEXT NOT NULL,
+  representative_rank INTEGER NOT NULL,
+  distance            REAL NOT NULL,
+  PRIMARY KEY (selection_id, model_id)
+) WITHOUT ROWID;
+
+-- The newest selection's representatives with their signatures.
+CREATE VIEW v_representatives AS
+  SELECT r.rank, r.model_id, m.model_type, m.downloads, f.coarse, f.fine, r.stands_for,
+         r.downloads_represented, r.reason
+  FROM representatives r
+  LEFT JOIN models m ON m.id = r.model_id
+  LEFT JOIN features f ON f.model_id = r.model_id
+  WHERE r.selection_id = (SELECT MAX(selection_id) FROM selections)
+  ORDER BY r.rank;
+
+-- Why feature extraction failed, per model_type.
+CREATE VIEW v_feature_failures AS
+  SELECT COALESCE(m.model_type, '') AS model_type, f.reason, COUNT(*) AS models
+  FROM features f JOIN models m ON m.id = f.model_id
+  WHERE f.status = 'failed'
+  GROUP BY COALESCE(m.model_type, ''), f.reason
+  ORDER BY models DESC;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, "op cases, provenance, models, runs, results, views", kV1},
       {2, "Hub metadata of models, config status, crawl progress and rejects", kV2},
+      {3, "features of model configs, selections of representatives", kV3},
   };
   return kMigrations;
 }

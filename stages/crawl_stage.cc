@@ -56,4 +56,45 @@ Status RegistryCrawlSink::StoreConfig(const std::string& model_id, crawler::Conf
   return registry_->StoreConfig(model_id, std::string(crawler::ConfigStatusName(status)), reason, body);
 }
 
+Status RegistryCrawlSink::ForEachStoredModel(
+    const std::function<Status(const crawler::HubModel&, std::optional<crawler::ConfigStatus>, std::string_view)>& fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  crawler::HubModel m;
+  return registry_->ForEachHubModel(
+      [&](const registry::HubModelRecord& r, const std::string& status, const std::string& config) -> Status {
+        m.id = r.id;
+        m.author = r.author;
+        m.sha = r.sha;
+        m.downloads = r.downloads;
+        m.likes = r.likes;
+        m.pipeline_tag = r.pipeline_tag;
+        m.library_name = r.library_name;
+        m.created_at = r.created_at;
+        m.last_modified = r.last_modified;
+        m.gated = r.gated;
+        m.is_private = r.is_private;
+        m.model_type = r.model_type;
+        auto tags = nlohmann::json::parse(r.tags_json, nullptr, false);
+        auto archs = nlohmann::json::parse(r.architectures_json, nullptr, false);
+        m.tags.clear();
+        m.architectures.clear();
+        if (tags.is_array()) {
+          for (const auto& t : tags) {
+            if (t.is_string()) m.tags.push_back(t.get<std::string>());
+          }
+        }
+        if (archs.is_array()) {
+          for (const auto& a : archs) {
+            if (a.is_string()) m.architectures.push_back(a.get<std::string>());
+          }
+        }
+        std::optional<crawler::ConfigStatus> cs;
+        if (status == "fetched") cs = crawler::ConfigStatus::kFetched;
+        if (status == "missing") cs = crawler::ConfigStatus::kMissing;
+        if (status == "gated") cs = crawler::ConfigStatus::kGated;
+        if (status == "invalid") cs = crawler::ConfigStatus::kInvalid;
+        return fn(m, cs, config);
+      });
+}
+
 }  // namespace coverage::stages

@@ -9,7 +9,7 @@
 
 #include <mutex>
 
-#include "crawler/crawl.h"
+#include "crawler/agent.h"
 
 namespace coverage::registry {
 class Registry;
@@ -17,7 +17,7 @@ class Registry;
 
 namespace coverage::stages {
 
-class RegistryCrawlSink final : public crawler::CrawlSink {
+class RegistryCrawlSink final : public crawler::AgentSink {
  public:
   explicit RegistryCrawlSink(registry::Registry* registry) : registry_(registry) {}
 
@@ -27,6 +27,8 @@ class RegistryCrawlSink final : public crawler::CrawlSink {
   Result<std::vector<std::string>> ModelsWithoutConfig(int64_t limit) override;
   Status StoreConfig(const std::string& model_id, crawler::ConfigStatus status, const std::string& reason,
                      const std::string& body) override;
+  Status ForEachStoredModel(const std::function<Status(const crawler::HubModel&, std::optional<crawler::ConfigStatus>,
+                                                       std::string_view)>& fn) override;
 
  private:
   std::mutex mu_;

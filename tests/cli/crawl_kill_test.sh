@@ -4,24 +4,11 @@
 # stores: the same models, the same config bytes, no duplicates.
 set -u
 BIN=${COVERAGE_BIN:?set COVERAGE_BIN}
-HUB=${HUB_REPLAY_BIN:?set HUB_REPLAY_BIN}
 TMP=$(mktemp -d)
-pass=0
-fail=0
-check() {
-  local name=$1
-  shift
-  if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name" >&2; return 1; fi
-}
+trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "$0")/lib.sh"
 
-"$HUB" --synthetic 1000 --seed 11 --port 0 >"$TMP/hub.out" 2>&1 &
-hub_pid=$!
-trap 'kill $hub_pid 2>/dev/null; wait $hub_pid 2>/dev/null; rm -rf "$TMP"' EXIT
-for _ in $(seq 400); do
-  grep -q "http://" "$TMP/hub.out" && break
-  sleep 0.05
-done
-URL=$(grep -o 'http://[0-9.:]*' "$TMP/hub.out" | head -1)
+start_hub_replay --synthetic 1000 --seed 11
 check "hub-replay started" test -n "$URL"
 
 crawl() {  # crawl DB [extra flags]

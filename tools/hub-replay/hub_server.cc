@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/hash.h"
 #include "core/sha256.h"
 #include "tools/hub-replay/catalog.h"
 #include "tools/hub-replay/cursor.h"
@@ -28,12 +29,6 @@ constexpr char kText[] = "text/plain; charset=utf-8";
 constexpr int kThreads = 16;
 
 enum class Fault { kNone, k429, k500, k502, k503, kReset, kTruncate, kMalformed, kSlow };
-
-uint64_t Fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 std::optional<Fault> ParseFault(const std::string& kind) {
   if (kind == "429") return Fault::k429;
@@ -183,7 +178,7 @@ struct HubServer::Impl {
   // answered normally.
   Fault DecideFault(const std::string& method, const std::string& target) {
     if (options.faults.rate <= 0 || fault_kinds.empty()) return Fault::kNone;
-    const uint64_t key = Fnv1a(method + " " + target);
+    const uint64_t key = Fnv1a64(method + " " + target);
     uint64_t k;
     {
       std::lock_guard<std::mutex> lock(fault_mutex);
@@ -541,6 +536,11 @@ int64_t HubServer::model_count() const { return impl_->catalog->size(); }
 std::string HubServer::ModelIdAt(int64_t i) const {
   COV_CHECK(i >= 0 && i < impl_->catalog->size(), "ModelIdAt: index out of range");
   return impl_->catalog->IdAt(i);
+}
+
+int64_t HubServer::DownloadsAt(int64_t i) const {
+  COV_CHECK(i >= 0 && i < impl_->catalog->size(), "DownloadsAt: index out of range");
+  return impl_->catalog->Record(i).downloads;
 }
 
 std::optional<std::string> HubServer::ConfigBytes(const std::string& id) const {

@@ -102,6 +102,7 @@ class HubServer {
   // The full served set, for tests that compare a crawl against it:
   int64_t model_count() const;
   std::string ModelIdAt(int64_t i) const;  // i in [0, model_count()); aborts otherwise
+  int64_t DownloadsAt(int64_t i) const;    // likewise
   // Exact bytes served for {id}/resolve/main/config.json; nullopt if the id is
   // not a served model (legacy ids included) or the model has no config.json.
   std::optional<std::string> ConfigBytes(const std::string& id) const;

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The crawl agent and the select step through the CLI against a local
+# hub-replay: the budget holds, the trace explains itself, an interrupted
+# agent resumes, select stores a selection, and bad input gets clear errors.
+set -u
+BIN=${COVERAGE_BIN:?set COVERAGE_BIN}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "$0")/lib.sh"
+
+start_hub_replay --synthetic 20000 --seed 5
+check "hub-replay started" test -n "$URL"
+DB="$TMP/agent.db"
+agent() { "$BIN" -q --registry "$DB" crawl --agent --endpoint "$URL" --rate 0 "$@"; }
+
+# A budget the agent cannot finish in: it stops at the budget.
+agent --budget 300 >"$TMP/a1.out" 2>&1
+check "agent run succeeds" test $? -eq 0
+check "agent reports its requests" contains "$TMP/a1.out" "300 of 300 requests used"
+check "agent says why it stopped" contains "$TMP/a1.out" "stopped: budget spent"
+check "trace next to the registry" test -s "$TMP/agent.agent.jsonl"
+check "every trace line is a decision with a reason" \
+  test "$(grep -c '"why"' "$TMP/agent.agent.jsonl")" -eq "$(wc -l <"$TMP/agent.agent.jsonl")"
+configs=$(sqlite3 "$DB" "SELECT COUNT(*) FROM models WHERE config_status IS NOT NULL")
+check "configs stored" test "$configs" -gt 100
+
+# Resume with a larger budget goes on from the stored state.
+agent --budget 700 --resume >"$TMP/a2.out" 2>&1
+check "resumed agent succeeds" test $? -eq 0
+check "resumed agent counts the earlier requests" contains "$TMP/a2.out" "of 700 requests used"
+check "resume is in the trace" contains "$TMP/agent.agent.jsonl" '"action":"resume"'
+more=$(sqlite3 "$DB" "SELECT COUNT(*) FROM models WHERE config_status IS NOT NULL")
+check "resumed agent fetched more configs" test "$more" -gt "$configs"
+
+"$BIN" --registry "$DB" crawl --explain >"$TMP/explain.out" 2>&1
+check "explain succeeds" test $? -eq 0
+check "explain counts decisions" contains "$TMP/explain.out" "decisions"
+check "explain shows the discovery curve" contains "$TMP/explain.out" "discovery curve"
+check "explain names the most explored regions" contains "$TMP/explain.out" "Most explored"
+
+"$BIN" -q --registry "$DB" select --k 25 --show 5 >"$TMP/select.out" 2>&1
+check "select succeeds" test $? -eq 0
+check "select prints coverage" contains "$TMP/select.out" "coarse signatures covered"
+check "select prints representatives" contains "$TMP/select.out" "stands for"
+check "select stored its representatives" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM v_representatives")" -eq 25
+check "every fetched model is a member" \
+  test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM selection_members")" -eq \
+  "$(sqlite3 "$DB" "SELECT COUNT(*) FROM features WHERE status = 'ok'")"
+
+# Bad input: clear errors, exit 2, nothing lost.
+before=$(sqlite3 "$DB" "SELECT COUNT(*) FROM models WHERE config_status IS NOT NULL")
+"$BIN" --registry "$DB" select --k 0 >"$TMP/e1.out" 2>&1
+check "select --k 0 is refused" test $? -eq 2
+check "select --k 0 names the flag" contains "$TMP/e1.out" "\-\-k"
+"$BIN" --registry "$DB" crawl --agent --model a/b >"$TMP/e2.out" 2>&1
+check "agent with --model is refused" test $? -eq 2
+check "agent with --model says why" contains "$TMP/e2.out" "chooses its own queries"
+"$BIN" --registry "$DB" crawl --explain --trace "$TMP/none.jsonl" >"$TMP/e3.out" 2>&1
+check "explain without a trace is refused" test $? -eq 2
+check "explain names the missing trace" contains "$TMP/e3.out" "none.jsonl"
+agent --budget 10 --resume --trace "$TMP/none.jsonl" >"$TMP/e4.out" 2>&1
+check "resume without a trace is refused" test $? -eq 2
+check "resume names the missing trace" contains "$TMP/e4.out" "none.jsonl"
+"$BIN" --registry "$DB" select --defaults "$TMP/none.jsonl" >"$TMP/e5.out" 2>&1
+check "select with a missing defaults file is refused" test $? -eq 2
+check "select names the defaults file" contains "$TMP/e5.out" "none.jsonl"
+"$BIN" --registry "$TMP/missing.db" select >"$TMP/e6.out" 2>&1
+check "select on a missing registry is refused" test $? -eq 2
+check "nothing lost" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM models WHERE config_status IS NOT NULL")" -eq "$before"
+check "no registry created by a failed select" test ! -e "$TMP/missing.db"
+
+echo "agent/select CLI: $pass passed, $fail failed"
+test "$fail" -eq 0
