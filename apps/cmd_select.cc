@@ -51,6 +51,10 @@ int RunSelectCommand(const GlobalOptions& global, const SelectFlags& flags) {
               "%lld fully understood)\n",
               static_cast<long long>(features->derived), static_cast<long long>(features->failed),
               static_cast<long long>(features->understood));
+  if (features->skipped_changed > 0) {
+    std::printf("features: %lld configs changed while being read (a crawl is running?); the next run derives them\n",
+                static_cast<long long>(features->skipped_changed));
+  }
 
   stages::SelectOptions options;
   options.k = flags.k;
@@ -67,6 +71,7 @@ int RunSelectCommand(const GlobalOptions& global, const SelectFlags& flags) {
   if (result->failed_features > 0) {
     std::printf("  left out: %lld models whose config could not be read\n",
                 static_cast<long long>(result->failed_features));
+    for (const auto& u : result->unreadable) std::printf("    stored features that do not read back: %s\n", u.c_str());
   }
   std::printf("  coarse signatures covered: %lld of %lld (%s)\n", static_cast<long long>(c.coarse_covered),
               static_cast<long long>(c.coarse_total), Percent(c.coarse_covered, c.coarse_total).c_str());
@@ -107,7 +112,9 @@ void AddSelectCommand(CLI::App& app, GlobalOptions& global) {
       "then choose K representative models that cover the design space: one per coarse signature first (the\n"
       "most downloaded), then farthest-point k-center. Stores the selection and prints its coverage.");
   cmd->add_option("--k", flags->k, "How many representatives")->capture_default_str()->check(CLI::Range(1, 1000000));
-  cmd->add_option("--seed", flags->seed, "Breaks exact ties (same distance, same downloads)")->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "Breaks exact ties (same distance, same downloads)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{0}, uint64_t{INT64_MAX}));
   cmd->add_option("--defaults", flags->defaults,
                   "Family defaults and aliases (JSONL) [default: HOME/data/transformers_defaults.jsonl]");
   cmd->add_flag("--no-members", flags->no_members, "Do not store which representative every model maps to");

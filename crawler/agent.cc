@@ -4,7 +4,9 @@
 #include <array>
 #include <bit>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -35,6 +37,21 @@ constexpr int kMaxConsecutiveFailures = 5;
 constexpr double kPagePriorRegions = 100;  // expected new regions of a page never read
 constexpr double kPageEmaWeight = 0.5;
 
+
+// Trace fields, read defensively: a trace is a file a person may edit.
+std::string StringField(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+std::optional<int64_t> IntField(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+double NumberField(const json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
 
 struct RegionOf {
   std::string key;
@@ -141,10 +158,6 @@ struct Region {
   int64_t singletons = 0;  // outcomes seen exactly once
   int64_t fetched_in_state = 0;  // fetches since the region reached its state
   bool saturated = false;        // traced once
-  // The facet listing that refills the pool.
-  std::string facet_crawl_id;
-  std::optional<std::string> facet_next;
-  bool facet_started = false;
 };
 
 int State(const Region& r) { return std::min<int>(kStates - 1, static_cast<int>(r.outcomes.size())); }
@@ -198,9 +211,30 @@ class Agent {
   std::unordered_set<std::string> fine_;
   std::map<std::string, std::unique_ptr<GroupStats>> groups_;  // by region group
 
-  std::string main_crawl_id_;
-  std::optional<std::string> main_next_;
-  double main_ema_ = kPagePriorRegions;
+  // The whole listing in different orders: the most downloaded first, and
+  // the newest first (new families show up there long before they are
+  // downloaded much).
+  struct Stream {
+    std::string sort;
+    std::string crawl_id;
+    std::optional<std::string> next;
+    double ema = kPagePriorRegions;  // new regions per page, moving average
+  };
+  std::vector<Stream> streams_;
+  // Facet listings (filter=<facet>) that refill regions, by facet; several
+  // regions may share one (a model_type facet). Started in the sink on first
+  // use, so a facet nobody needs costs nothing.
+  struct Facet {
+    std::string crawl_id;
+    bool started = false;
+    std::optional<std::string> next;  // valid once started; nullopt: exhausted
+  };
+  std::map<std::string, Facet> facets_;
+  bool FacetOpen(const Region& r) const {
+    if (r.facet.empty()) return false;
+    const Facet& f = facets_.at(r.facet);
+    return !f.started || f.next.has_value();
+  }
   int consecutive_failures_ = 0;
   AgentSummary summary_;
 };
@@ -211,6 +245,21 @@ Status Agent::OpenTrace() {
     if (!in) {
       return Status::InvalidArgument("--resume: no trace at '" + options_.trace_path +
                                      "' to resume from; start without --resume");
+    }
+  }
+  if (options_.resume) {
+    // A kill may leave the last line cut short: drop it (it is ignored on
+    // reading), so every line of the trace stays one JSON object.
+    std::string text;
+    {
+      std::ifstream in(options_.trace_path, std::ios::binary);
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    if (!text.empty() && text.back() != '\n') {
+      const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+      std::error_code ec;
+      std::filesystem::resize_file(options_.trace_path, keep, ec);
+      if (ec) return Status::IoError("cannot repair the cut agent trace '" + options_.trace_path + "': " + ec.message());
     }
   }
   trace_.open(options_.trace_path, options_.resume ? std::ios::app : std::ios::trunc);
@@ -239,11 +288,10 @@ size_t Agent::AddModel(const HubModel& m, bool* new_region) {
     if (!g) g = std::make_unique<GroupStats>();
     r.stats = g.get();
     r.facet = of.facet;
-    if (!r.facet.empty()) {
-      CrawlOptions facet = transport_;
-      facet.query = {{"filter", r.facet}, {"sort", "downloads"}};
-      r.facet_crawl_id = FirstPageUrl(facet);
-      r.facet_next = r.facet_crawl_id;
+    if (!r.facet.empty() && !facets_.count(r.facet)) {
+      CrawlOptions query = transport_;
+      query.query = {{"filter", r.facet}, {"sort", "downloads"}};
+      facets_[r.facet].crawl_id = FirstPageUrl(query);
     }
     regions_.push_back(std::move(r));
   }
@@ -316,21 +364,28 @@ Agent::Action Agent::Choose() {
   auto consider = [&](Action a) {
     if (a.gain > best.gain) best = std::move(a);
   };
-  // The main listing.
-  if (main_next_) {
+  // The listing streams.
+  {
     GroupStats first;  // first fetches of all groups
     for (const auto& [group, g] : groups_) {
       first.reached[0] += g->reached[0];
       first.moved_on[0] += g->moved_on[0];
     }
-    Action a;
-    a.type = Action::kMainPage;
-    a.gain = main_ema_ * first.W(0);
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "recent pages revealed %.1f new regions each; a first fetch reveals a new signature %.0f%% of the time",
-                  main_ema_, 100 * first.W(0));
-    a.why = buf;
-    consider(std::move(a));
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      const Stream& stream = streams_[i];
+      if (!stream.next) continue;
+      Action a;
+      a.type = Action::kMainPage;
+      a.region = i;  // the stream
+      a.gain = stream.ema * first.W(0);
+      char buf[200];
+      std::snprintf(buf, sizeof buf,
+                    "recent pages by %s revealed %.1f new regions each; a first fetch reveals a new signature %.0f%% "
+                    "of the time",
+                    stream.sort.c_str(), stream.ema, 100 * first.W(0));
+      a.why = buf;
+      consider(std::move(a));
+    }
   }
   // Regions: ties go to the region whose next member is most downloaded,
   // then to the older region.
@@ -338,7 +393,7 @@ Agent::Action Agent::Choose() {
   for (size_t i = 0; i < regions_.size(); ++i) {
     Region& r = regions_[i];
     const bool refill = r.pool.empty();
-    if (refill && !(r.facet_next && !r.facet.empty())) continue;
+    if (refill && !FacetOpen(r)) continue;
     double gain = RegionGain(r, nullptr);
     if (refill) gain /= 2;  // a facet page, then the fetch
     int64_t top = 0;
@@ -418,6 +473,15 @@ Status Agent::Fetch(size_t index, const Action& action) {
       pick = (pick + 1) % r.pool.size();
     }
   }
+  if (r.saturated) {
+    // Evidence from its group raised the region's expected gain again.
+    r.saturated = false;
+    COV_RETURN_IF_ERROR(Trace({{"action", "reopen_region"},
+                               {"region", r.key},
+                               {"why", action.why},
+                               {"expected_gain", action.gain},
+                               {"observed_gain", 0}}));
+  }
   const Member member = r.pool[pick];
   const std::string& id = member.id;
   r.pool[pick] = std::move(r.pool.back());
@@ -463,7 +527,6 @@ Status Agent::Fetch(size_t index, const Action& action) {
   const double after = RegionGain(r, nullptr);
   if (!r.saturated && after < options_.min_gain) {
     r.saturated = true;
-    ++summary_.saturated_regions;
     std::string why;
     RegionGain(r, &why);
     COV_RETURN_IF_ERROR(Trace({{"action", "saturate_region"},
@@ -481,6 +544,7 @@ Status Agent::Resume() {
   std::string text;
   std::vector<std::pair<std::string, std::optional<std::string>>> fetches;  // (model, fine)
   int64_t line_no = 0;
+  bool ended = false;  // the last decision is a stop: no action was cut short
   while (std::getline(in, text)) {
     ++line_no;
     if (text.empty()) continue;
@@ -491,34 +555,42 @@ Status Agent::Resume() {
       return Status::Corruption("agent trace '" + options_.trace_path + "' line " + std::to_string(line_no) +
                                 " is not JSON; start again without --resume");
     }
-    if (j.contains("requests") && j["requests"].is_number_integer()) used_before_ = j["requests"].get<int64_t>();
-    if (j.contains("step") && j["step"].is_number_integer()) step_ = j["step"].get<int64_t>();
-    if (j.value("action", "") == "fetch_config" && j.contains("model") && j["model"].is_string() &&
-        j.value("outcome", "") != "gated") {
-      std::optional<std::string> fine;
-      if (j.contains("fine") && j["fine"].is_string()) fine = j["fine"].get<std::string>();
-      fetches.emplace_back(j["model"].get<std::string>(), fine);
+    if (auto r = IntField(j, "requests")) used_before_ = std::max(used_before_, *r);
+    if (auto st = IntField(j, "step")) step_ = std::max(step_, *st);
+    const std::string action = StringField(j, "action");
+    ended = action == "stop";
+    const std::string model = StringField(j, "model");
+    if (action == "fetch_config" && !model.empty() && StringField(j, "outcome") != "gated") {
+      const std::string fine = StringField(j, "fine");
+      fetches.emplace_back(model, fine.empty() ? std::nullopt : std::optional<std::string>(fine));
     }
+  }
+  // Killed in the middle of an action: its requests never reached the
+  // trace. Charge the most one action can send (a page: tries of a parse
+  // failure times tries of a transport failure), so the budget holds.
+  int64_t charged = 0;
+  if (!ended && line_no > 0) {
+    const int64_t tries = std::max(1, transport_.retry.max_tries);
+    charged = std::max(tries * tries, 3 * tries);
+    used_before_ += charged;
   }
   // Regions and pools from the stored models; configs fetched outside the
   // trace (an earlier plain crawl) count as known.
   std::unordered_map<std::string, size_t> region_of_model;
   std::unordered_set<std::string> traced;
   for (const auto& f : fetches) traced.insert(f.first);
-  std::vector<std::pair<size_t, std::string>> known;  // (region, config) fetched outside the trace
   COV_RETURN_IF_ERROR(sink_.ForEachStoredModel(
       [&](const HubModel& m, std::optional<ConfigStatus> status, std::string_view config) -> Status {
         if (!seen_.insert(Fnv1a64(m.id)).second) return Status::Ok();
         bool created = false;
         const size_t r = AddModel(m, &created);
         region_of_model[m.id] = r;
-        if (status && !traced.count(m.id) && *status == ConfigStatus::kFetched) known.emplace_back(r, config);
+        if (status && !traced.count(m.id) && *status == ConfigStatus::kFetched) {
+          if (auto sig = classify_(config)) fine_.insert(*sig);  // known before the agent ran
+        }
         if (status) regions_[r].pool.pop_back();  // fetched already
         return Status::Ok();
       }));
-  for (const auto& [r, config] : known) {
-    if (auto sig = classify_(config)) fine_.insert(*sig);
-  }
   for (const auto& [model, fine] : fetches) {
     auto it = region_of_model.find(model);
     if (it == region_of_model.end()) continue;
@@ -526,15 +598,15 @@ Status Agent::Resume() {
     Account(regions_[it->second], fine, &discovered);
   }
   // Streams continue at their stored cursors.
-  COV_ASSIGN_OR_RETURN(main_next_, sink_.NextPage(main_crawl_id_, /*resume=*/true));
-  for (Region& r : regions_) {
-    if (r.facet.empty()) continue;
-    COV_ASSIGN_OR_RETURN(auto next, sink_.NextPage(r.facet_crawl_id, /*resume=*/true));
-    r.facet_next = next;
+  for (Stream& stream : streams_) {
+    COV_ASSIGN_OR_RETURN(stream.next, sink_.NextPage(stream.crawl_id, /*resume=*/true));
   }
   return Trace({{"action", "resume"},
-                {"why", "continuing with " + std::to_string(options_.budget - used_before_) + " of " +
-                            std::to_string(options_.budget) + " requests left"},
+                {"why", "continuing with " + std::to_string(std::max<int64_t>(0, options_.budget - used_before_)) +
+                            " of " + std::to_string(options_.budget) + " requests left" +
+                            (charged > 0 ? "; the previous run was killed mid-action, so " + std::to_string(charged) +
+                                               " requests it may have sent are charged"
+                                         : std::string())},
                 {"regions", static_cast<int64_t>(regions_.size())}});
 }
 
@@ -545,13 +617,17 @@ Result<AgentSummary> Agent::Run() {
     return Status::InvalidArgument("endpoint '" + transport_.endpoint + "' must start with http:// or https://");
   }
   COV_RETURN_IF_ERROR(OpenTrace());
-  CrawlOptions main = transport_;
-  main.query = {{"sort", "downloads"}};
-  main_crawl_id_ = FirstPageUrl(main);
+  for (const char* sort : {"downloads", "createdAt"}) {
+    CrawlOptions listing = transport_;
+    listing.query = {{"sort", sort}};
+    streams_.push_back({sort, FirstPageUrl(listing), std::nullopt, kPagePriorRegions});
+  }
   if (options_.resume) {
     COV_RETURN_IF_ERROR(Resume());
   } else {
-    COV_ASSIGN_OR_RETURN(main_next_, sink_.NextPage(main_crawl_id_, /*resume=*/false));
+    for (Stream& stream : streams_) {
+      COV_ASSIGN_OR_RETURN(stream.next, sink_.NextPage(stream.crawl_id, /*resume=*/false));
+    }
     COV_RETURN_IF_ERROR(Trace({{"action", "start"},
                                {"why", "budget " + std::to_string(options_.budget) + " requests, min-gain " +
                                            std::to_string(options_.min_gain) + ", seed " +
@@ -583,19 +659,30 @@ Result<AgentSummary> Agent::Run() {
       s = Fetch(a.region, a);
     } else {
       const bool main_page = a.type == Action::kMainPage;
-      Region* r = main_page ? nullptr : &regions_[a.region];
-      const std::string crawl_id = main_page ? main_crawl_id_ : r->facet_crawl_id;
-      const std::string url = main_page ? *main_next_ : *r->facet_next;
+      Stream* stream = main_page ? &streams_[a.region] : nullptr;
+      Facet* facet = main_page ? nullptr : &facets_.at(regions_[a.region].facet);
+      if (facet && !facet->started) {
+        // Continues a facet listing stored by an earlier run when resuming.
+        auto first = sink_.NextPage(facet->crawl_id, options_.resume);
+        if (!first) {
+          (void)Trace({{"action", "error"}, {"why", first.error().message()}});
+          return first.error();
+        }
+        facet->started = true;
+        facet->next = *first;
+        if (!facet->next) continue;  // exhausted in an earlier run
+      }
+      const std::string crawl_id = main_page ? stream->crawl_id : facet->crawl_id;
+      const std::string url = main_page ? *stream->next : *facet->next;
       std::optional<std::string> next;
       int64_t new_regions = 0, new_models = 0;
       s = ReadPage(crawl_id, url, &next, &new_regions, &new_models);
       if (s.ok()) {
         if (main_page) {
-          main_next_ = next;
-          main_ema_ = kPageEmaWeight * static_cast<double>(new_regions) + (1 - kPageEmaWeight) * main_ema_;
+          stream->next = next;
+          stream->ema = kPageEmaWeight * static_cast<double>(new_regions) + (1 - kPageEmaWeight) * stream->ema;
         } else {
-          r = &regions_[a.region];  // regions_ may have grown
-          r->facet_next = next;
+          facet->next = next;
         }
         s = Trace({{"action", main_page ? "list_page" : "facet_page"},
                    {"url", url},
@@ -603,7 +690,8 @@ Result<AgentSummary> Agent::Run() {
                    {"expected_gain", a.gain},
                    {"observed_gain", new_regions},
                    {"new_models", new_models},
-                   {"region", main_page ? "" : regions_[a.region].key}});
+                   {"region", main_page ? "" : regions_[a.region].key},
+                   {"sort", main_page ? stream->sort : "downloads"}});
       }
     }
     if (!s.ok()) {
@@ -624,6 +712,7 @@ Result<AgentSummary> Agent::Run() {
   summary_.requests = Requests();
   summary_.fine_signatures = static_cast<int64_t>(fine_.size());
   summary_.regions = static_cast<int64_t>(regions_.size());
+  summary_.saturated_regions = std::count_if(regions_.begin(), regions_.end(), [](const Region& r) { return r.saturated; });
   COV_RETURN_IF_ERROR(Trace({{"action", "stop"},
                              {"why", summary_.stopped_because},
                              {"regions", summary_.regions},
@@ -658,27 +747,27 @@ Result<std::string> ExplainTrace(const std::string& trace_path) {
       continue;
     }
     ++lines;
-    const std::string action = j.value("action", "?");
+    std::string action = StringField(j, "action");
+    if (action.empty()) action = "?";
     ++actions[action];
-    if (j.contains("requests") && j["requests"].is_number_integer()) requests = j["requests"].get<int64_t>();
-    if (j.contains("fine_signatures") && j["fine_signatures"].is_number_integer()) {
-      const int64_t f = j["fine_signatures"].get<int64_t>();
-      if (f > fine) curve.emplace_back(requests, f);
-      fine = std::max(fine, f);
+    if (auto r = IntField(j, "requests")) requests = *r;
+    if (auto f = IntField(j, "fine_signatures")) {
+      if (*f > fine) curve.emplace_back(requests, *f);
+      fine = std::max(fine, *f);
     }
     if (action == "fetch_config") {
-      auto& r = regions[j.value("region", "")];
+      auto& r = regions[StringField(j, "region")];
       ++r.first;
-      const int64_t observed = j.value("observed_gain", 0);
+      const int64_t observed = IntField(j, "observed_gain").value_or(0);
       r.second += observed;
-      expected_sum += j.value("expected_gain", 0.0);
+      expected_sum += NumberField(j, "expected_gain");
       observed_sum += static_cast<double>(observed);
     } else if (action == "saturate_region") {
-      saturated.push_back(j.value("region", ""));
+      saturated.push_back(StringField(j, "region"));
     } else if (action == "stop") {
-      stopped = j.value("why", "");
+      stopped = StringField(j, "why");
     } else if (action == "start" || action == "resume") {
-      started = j.value("why", "");
+      started = StringField(j, "why");
     }
   }
   if (lines == 0) return Status::InvalidArgument("agent trace '" + trace_path + "' holds no decisions");

@@ -32,25 +32,32 @@
 //   - fetch the config of a region's next member (its most downloaded first,
 //     then seeded random picks; listed-as-gated members last without a
 //     token; a gated answer does not count as a sample);
-//   - read the next page of the main listing (sort=downloads), expected to
-//     reveal as many new regions as its recent pages did (a moving average)
-//     times the chance that a region's first fetch reveals something new;
+//   - read the next page of a listing stream (the whole listing by
+//     downloads, and by creation date, newest first: new families show up
+//     there before they are downloaded much), expected to reveal as many new
+//     regions as its recent pages did (a moving average) times the chance
+//     that a region's first fetch reveals something new;
 //   - read the next page of a facet query (`filter=<base_model tag>` or
 //     `filter=<model_type>`) that refills a region whose members ran out,
 //     valued at half the region's expected gain (two requests per fetch).
-// A region is saturated when its expected gain falls below `min_gain`; the
-// agent stops when no action is worth `min_gain`, when the budget is spent
-// (retries count), or when it is told to stop.
+// A region is saturated when its expected gain falls below `min_gain`
+// (`saturate_region` in the trace): no action below `min_gain` is ever
+// taken, so it gets no more fetches unless its group's evidence raises its
+// expected gain again (`reopen_region`). The agent stops when no action is
+// worth `min_gain`, when the budget is spent (every request counts, retries
+// included, checked before it is sent), or when it is told to stop.
 //
 // Every decision is a line of the JSONL trace: the action, why, the expected
 // gain and the observed gain (new fine signatures, or new regions for a
 // page), with the requests used so far. ExplainTrace summarises a trace.
 //
 // Resumable: listing pages go to the sink with their next cursor (one crawl
-// per stream), configs go to the sink as fetched, and the trace holds the
-// requests used. With `resume`, the agent rebuilds its picture from the
-// sink's stored models and configs and the trace, and continues with the
-// rest of the budget.
+// per stream and per facet), configs go to the sink as fetched, and the
+// trace holds the requests used. With `resume`, the agent rebuilds its
+// picture from the sink's stored models and configs and the trace, and
+// continues with the rest of the budget; if the trace does not end with a
+// stop (the agent was killed mid-action), the most one action can send is
+// charged, so the budget holds across kills too.
 //
 // Thread safety: RunAgent runs on the calling thread.
 #pragma once
@@ -90,7 +97,7 @@ struct AgentSummary {
   int64_t configs_fetched = 0;  // configs requested (any outcome), this run
   int64_t fine_signatures = 0;
   int64_t regions = 0;
-  int64_t saturated_regions = 0;
+  int64_t saturated_regions = 0;  // regions below min_gain at the end
   std::string stopped_because;
   bool interrupted = false;
   // (requests used, fine signatures known) after every discovery.

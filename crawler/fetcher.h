@@ -42,11 +42,15 @@ class Fetcher {
     HttpResponse last;
     for (int attempt = 1; attempt <= std::max(1, options_.retry.max_tries); ++attempt) {
       if (Stopped()) return Status::Aborted("interrupted");
-      if (BudgetSpent()) return Status::Aborted("the request budget of " + std::to_string(max_requests_) + " is spent");
+
       Pace();
       if (Stopped()) return Status::Aborted("interrupted");
+      // The request is counted (and the budget checked) before it is sent,
+      // under one lock, so threads sharing a budget never overshoot it.
+      if (!TakeRequest()) {
+        return Status::Aborted("the request budget of " + std::to_string(max_requests_) + " is spent");
+      }
       COV_ASSIGN_OR_RETURN(last, client.Get(request));
-      Count(&requests_);
       if (last.status != 0 && !last.final_url.empty() && Origin(last.final_url) != Origin(options_.endpoint)) {
         // Renamed repos redirect within the Hub; anything else is not followed.
         last.error = "redirected off the endpoint to " + last.final_url.substr(0, 200);
@@ -95,6 +99,12 @@ class Fetcher {
   }
 
  private:
+  bool TakeRequest() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (max_requests_ > 0 && requests_ >= max_requests_) return false;
+    ++requests_;
+    return true;
+  }
   void Count(int64_t* counter) {
     std::lock_guard<std::mutex> lock(mu_);
     ++*counter;

@@ -271,11 +271,15 @@ Result<std::vector<ConfigRow>> Registry::ConfigsNeedingFeatures(int version, con
   return rows;
 }
 
-Status Registry::StoreFeatures(const std::vector<FeatureRecord>& features) {
-  return InTransaction(*db_, [&]() -> Status {
+Result<int64_t> Registry::StoreFeatures(const std::vector<FeatureRecord>& features) {
+  int64_t stored = 0;
+  COV_RETURN_IF_ERROR(InTransaction(*db_, [&]() -> Status {
+    // WHERE EXISTS: a crawl may have replaced the config meanwhile (its
+    // trigger found no row to drop); features of the old text must not land.
     COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
         "INSERT INTO features (model_id, version, status, reason, understood, features_json, coarse, fine) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(model_id) DO UPDATE SET version = excluded.version, "
+        "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE EXISTS (SELECT 1 FROM models WHERE id = ?1 AND config_json = ?9) "
+        "ON CONFLICT(model_id) DO UPDATE SET version = excluded.version, "
         "status = excluded.status, reason = excluded.reason, understood = excluded.understood, "
         "features_json = excluded.features_json, coarse = excluded.coarse, fine = excluded.fine, "
         "derived_at = strftime('%Y-%m-%dT%H:%M:%SZ','now')"));
@@ -286,18 +290,20 @@ Status Registry::StoreFeatures(const std::vector<FeatureRecord>& features) {
       } else {
         stmt.Bind(4, f.reason).Bind(5, 0).BindNull(6).BindNull(7).BindNull(8);
       }
+      stmt.Bind(9, f.derived_from);
       COV_RETURN_IF_ERROR(stmt.Run());
-      COV_RETURN_IF_ERROR(stmt.Reset());
+      stored += db_->Changes();
     }
     return Status::Ok();
-  });
+  }));
+  return stored;
 }
 
 Status Registry::ForEachFeature(int version, const std::function<Status(const FeatureRecord&)>& fn) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
       "SELECT f.model_id, f.status, f.reason, f.understood, f.features_json, f.coarse, f.fine, "
       "COALESCE(m.downloads, 0) FROM features f JOIN models m ON m.id = f.model_id WHERE f.version = ?1 "
-      "ORDER BY f.model_id"));
+      "AND m.config_status = 'fetched' ORDER BY f.model_id"));
   stmt.Bind(1, version);
   FeatureRecord r;
   r.version = version;

@@ -136,6 +136,9 @@ struct FeatureRecord {
   std::string features_json;
   std::string coarse, fine;
   int64_t downloads = 0;  // models.downloads, filled by ForEachFeature
+  // StoreFeatures: the config text the row was derived from; the row is
+  // stored only while the model's config_json is still exactly this.
+  std::string derived_from;
 };
 
 struct SelectionRecord {
@@ -221,10 +224,13 @@ class Registry {
   // `after` and that have no features of `version`, in id order (keyset
   // pagination: call again with the last id).
   Result<std::vector<ConfigRow>> ConfigsNeedingFeatures(int version, const std::string& after, int limit);
-  // Replaces the features of these models, in one transaction.
-  Status StoreFeatures(const std::vector<FeatureRecord>& features);
-  // Calls `fn` for every features row of `version` (with the model's
-  // downloads), in model id order; stops at the first error `fn` returns.
+  // Replaces the features of these models, in one transaction, skipping a
+  // model whose config changed since it was read (the next derivation picks
+  // it up again). Returns how many rows were stored.
+  Result<int64_t> StoreFeatures(const std::vector<FeatureRecord>& features);
+  // Calls `fn` for every features row of `version` of a model whose config
+  // status is still `fetched` (with the model's downloads), in model id
+  // order; stops at the first error `fn` returns.
   Status ForEachFeature(int version, const std::function<Status(const FeatureRecord&)>& fn);
   // Stores a selection with its representatives and members in one
   // transaction; returns its selection_id.

@@ -955,7 +955,9 @@ Result<Features> ExtractFeatures(const nlohmann::json& config, const FamilyDefau
       // Nemotron-H derives num_hidden_layers from its layer pattern.
       for (std::string_view key : {"layers_block_type", "layer_types", "hybrid_override_pattern"}) {
         const json* v = main.Raw(key);
-        if (v != nullptr && (v->is_array() || v->is_string()) && !v->empty() && v->size() <= kMaxList) {
+        const bool fits = v != nullptr && (v->is_string() ? v->get_ref<const std::string&>().size() <= kMaxList
+                                                           : v->is_array() && v->size() <= kMaxList);
+        if (fits && !v->empty()) {
           f.layers = static_cast<int64_t>(v->is_string() ? v->get_ref<const std::string&>().size() : v->size());
           break;
         }
@@ -1238,6 +1240,20 @@ Result<Features> ExtractFeatures(const nlohmann::json& config, const FamilyDefau
       }
     }
 
+    // Derived values (4 x hidden, ratios, sums) can leave the range every
+    // read value is held to; such a value is as unknown as a hostile one.
+    for (int64_t* v : {&f.heads, &f.kv_heads, &f.head_dim, &f.sliding_window, &f.experts, &f.experts_per_token,
+                       &f.shared_experts, &f.hidden, &f.layers, &f.encoder_layers, &f.intermediate, &f.vocab,
+                       &f.context, &f.image_size, &f.patch_size, &f.vision.hidden, &f.vision.layers, &f.vision.heads,
+                       &f.vision.intermediate, &f.vision.image_size, &f.vision.patch_size, &f.vision.mel_bins,
+                       &f.audio.hidden, &f.audio.layers, &f.audio.heads, &f.audio.intermediate, &f.audio.image_size,
+                       &f.audio.patch_size, &f.audio.mel_bins}) {
+      if (*v < 0 || *v > kMaxCount) *v = 0;
+    }
+    for (int64_t& w : f.conv_widths) {
+      if (w < 0 || w > kMaxCount) w = 0;
+    }
+
     // --- understood
     {
       const bool needs_vocab = f.structure != "vision" && f.structure != "conv";
@@ -1291,11 +1307,13 @@ class FieldReader {
   }
   Status Int(const char* key, int64_t* out) {
     const json* v = Member(&j_, key);
+    // Stored JSON reads back non-negative integers as unsigned: both kinds
+    // are accepted over the whole non-negative int64 range.
     if (v == nullptr || !v->is_number_integer() ||
-        (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(kMaxCount)) || v->get<int64_t>() < 0) {
+        (v->is_number_unsigned() ? v->get<uint64_t>() > uint64_t(INT64_MAX) : v->get<int64_t>() < 0)) {
       return Bad(key, "a non-negative integer");
     }
-    *out = v->get<int64_t>();
+    *out = v->is_number_unsigned() ? static_cast<int64_t>(v->get<uint64_t>()) : v->get<int64_t>();
     return Status::Ok();
   }
   Status Bool(const char* key, bool* out) {

@@ -136,18 +136,6 @@ const std::string& Population::coarse(size_t model) const {
 }
 const std::string& Population::fine(size_t model) const { return impl_->fine[impl_->fine_of[impl_->point_of[model]]]; }
 
-std::vector<float> Population::Vector(size_t model) const {
-  const std::vector<float> x = impl_->Normalised();
-  const size_t p = impl_->point_of[model];
-  return std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(p * kDimensions),
-                            x.begin() + static_cast<std::ptrdiff_t>((p + 1) * kDimensions));
-}
-
-double Population::Distance(size_t a, size_t b) const {
-  const std::vector<float> x = impl_->Normalised();
-  return PointDistance(*impl_, x, impl_->point_of[a], impl_->point_of[b]);
-}
-
 Result<Selection> Select(const Population& population, int k, uint64_t seed) {
   if (k < 1) return Status::InvalidArgument("--k must be at least 1, not " + std::to_string(k));
   if (population.size() == 0) return Status::InvalidArgument("no models to select from (the population is empty)");
@@ -296,12 +284,13 @@ Result<Selection> Select(const Population& population, int k, uint64_t seed) {
     for (uint32_t p : fine_points[f]) {
       if (!is_center[p] && better(point_best[p], point_best[chosen])) chosen = p;
     }
-    char dist[32];
+    char dist[96];
     std::snprintf(dist, sizeof dist, "%.4f", far.dist);
-    add_center(chosen,
-               std::string("farthest from the chosen set (distance ") + dist + "): the most downloaded of the " +
-                   std::to_string(fine_count[f]) + " models of fine signature " + im.fine[f],
-               far.dist);
+    std::string reason = std::string("farthest from the chosen set: ") + std::string(im.Id(point_best[far.point])) +
+                         " (distance " + dist + "); ";
+    reason += chosen == far.point ? "it is " : "represented by ";
+    reason += "the most downloaded of the " + std::to_string(fine_count[f]) + " models of its fine signature " + im.fine[f];
+    add_center(chosen, std::move(reason), mind[chosen]);
   }
 
   // Assignment: every point to its nearest representative.

@@ -64,12 +64,6 @@ class Population {
   const std::string& coarse(size_t model) const;
   const std::string& fine(size_t model) const;
 
-  // The normalised vector of a model (kDimensions values) and its dtype code;
-  // valid until the next Add.
-  std::vector<float> Vector(size_t model) const;
-  // The distance of Note [Selection] between two models.
-  double Distance(size_t a, size_t b) const;
-
   struct Impl;
   const Impl& impl() const { return *impl_; }
 
@@ -81,7 +75,7 @@ struct Representative {
   size_t model = 0;  // index in the Population
   int rank = 0;      // 1 = chosen first
   std::string reason;
-  double distance_when_chosen = 0;  // to the nearest earlier representative (phase 2)
+  double distance_when_chosen = 0;  // phase 2: from it to the nearest earlier representative
   int64_t stands_for = 0;            // models assigned to it (itself included)
   int64_t downloads_represented = 0;
 };

@@ -12,13 +12,18 @@ std::string CoarseSignature(const Features& f) {
   std::string moe = f.experts > 0 ? (f.shared_experts > 0 ? "moe+shared" : "moe") : "dense";
   std::string towers = std::string(f.vision.hidden > 0 || f.vision.layers > 0 ? "v" : "") +
                        (f.audio.hidden > 0 || f.audio.layers > 0 || f.audio.mel_bins > 0 ? "a" : "");
+  // Without a model type (remote code, old configs) the architecture class
+  // names the family.
+  const std::string family = f.model_type.empty() ? "arch:" + f.architecture : f.model_type;
   std::string s;
+  bool first = true;
   for (const std::string& part :
-       {f.model_type, f.head, f.structure, f.attention, f.position + (f.rope_scaling.empty() ? "" : ":" + f.rope_scaling),
+       {family, f.head, f.structure, f.attention, f.position + (f.rope_scaling.empty() ? "" : ":" + f.rope_scaling),
         f.norm + (f.norm_placement.empty() ? "" : ":" + f.norm_placement),
         f.activation + (f.gated_mlp ? ":gated" : ""), moe, std::string(f.tied_embeddings ? "tied" : "untied"),
         std::string(f.sliding_window > 0 ? "swa" : "full"), f.quantization, towers}) {
-    if (!s.empty()) s += '|';
+    if (!first) s += '|';
+    first = false;
     s += part;
   }
   return s;

@@ -2,7 +2,8 @@
 //
 // Note [Signatures]
 // Two models with the same COARSE signature run the same kinds of kernels:
-// same family and task head, same structure, attention kind, position
+// same family (model_type, or the architecture class when a config has
+// none) and task head, same structure, attention kind, position
 // scheme (and rope scaling type), norm kind and placement, activation and
 // gating, dense or MoE (with or without shared experts), tied embeddings,
 // sliding window or not, quantization method, and which towers (vision,

@@ -25,6 +25,7 @@ Result<FeatureSummary> DeriveFeatures(registry::Registry& registry, const select
       registry::FeatureRecord& r = records[i];
       r.model_id = rows[i].model_id;
       r.version = selection::kFeatureExtractorVersion;
+      r.derived_from = rows[i].config_json;
       auto f = selection::ExtractFeatures(std::string_view(rows[i].config_json), defaults);
       if (!f) {
         r.ok = false;
@@ -37,9 +38,10 @@ Result<FeatureSummary> DeriveFeatures(registry::Registry& registry, const select
       r.coarse = selection::CoarseSignature(*f);
       r.fine = selection::FineSignature(*f);
     });
-    COV_RETURN_IF_ERROR(registry.StoreFeatures(records));
+    COV_ASSIGN_OR_RETURN(const int64_t stored, registry.StoreFeatures(records));
+    summary.skipped_changed += static_cast<int64_t>(records.size()) - stored;
+    summary.derived += stored;
     for (const auto& r : records) {
-      ++summary.derived;
       if (!r.ok) ++summary.failed;
       if (r.understood) ++summary.understood;
     }
@@ -76,8 +78,11 @@ Result<SelectSummary> RunSelect(registry::Registry& registry, const SelectOption
         auto f = j.is_discarded() ? Result<selection::Features>(Status::Corruption("not JSON"))
                                   : selection::FeaturesFromJson(j);
         if (!f) {
-          return Status::Corruption("stored features of '" + r.model_id + "' do not read back (" + f.error().message() +
-                                  "); delete the row from `features` and run again");
+          // Left out like a config that cannot be read, with the reason on
+          // the console; the rest of the selection goes on.
+          ++out.failed_features;
+          if (out.unreadable.size() < 5) out.unreadable.push_back(r.model_id + ": " + f.error().message());
+          return Status::Ok();
         }
         out.population.Add(r.model_id, r.downloads, *f);
         return Status::Ok();

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 #include "selection/features.h"
@@ -29,6 +30,7 @@ struct FeatureSummary {
   int64_t derived = 0;     // rows written by this call
   int64_t failed = 0;      // of those, configs that could not be read (reasons stored)
   int64_t understood = 0;  // of those, fully understood
+  int64_t skipped_changed = 0;  // configs replaced while being read: left for the next run
 };
 
 struct DeriveOptions {
@@ -50,7 +52,8 @@ struct SelectOptions {
 
 struct SelectSummary {
   int64_t selection_id = 0;
-  int64_t failed_features = 0;  // models left out: their config could not be read
+  int64_t failed_features = 0;  // models left out: their config (or stored features) could not be read
+  std::vector<std::string> unreadable;  // the first few stored feature rows that did not read back
   selection::Population population;
   selection::Selection selection;
 };

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <tbb/global_control.h>
 
 #include "selection/selection.h"
@@ -205,23 +207,40 @@ TEST(Select, TheMostDownloadedEquivalentModelWinsAndTiesGoToTheSmallerId) {
 }
 
 TEST(Select, DeterministicForASeedWhateverTheThreadCount) {
+  // Over 4,096 distinct points in one coarse signature, so the parallel
+  // update of the farthest-point loop runs, plus a second family.
   Population p;
-  for (int i = 0; i < 3000; ++i) {
-    const int64_t hidden = 256 * (1 + (i * 7919) % 64);
-    const int64_t layers = 2 + (i * 104729) % 90;
-    p.Add("org/m" + std::to_string(i), (i * 31) % 977, i % 3 ? Decoder(hidden, layers) : Encoder(hidden, layers));
+  for (int i = 0; i < 12000; ++i) {
+    const int64_t hidden = 128 * (1 + (i * 7919) % 97);
+    const int64_t layers = 2 + (i * 104729) % 113;
+    p.Add("org/m" + std::to_string(i), (i * 31) % 977, i % 7 ? Decoder(hidden, layers) : Encoder(hidden, layers));
   }
+  ASSERT_GT(p.distinct_points(), 8000u);
   auto run = [&](int threads, uint64_t seed) {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, threads);
-    auto s = Select(p, 40, seed);
+    auto s = Select(p, 60, seed);
     std::vector<std::string> ids;
     for (const auto& r : s->representatives) ids.emplace_back(p.id(r.model));
-    return std::make_pair(ids, s->nearest);
+    return std::make_tuple(ids, s->nearest, s->distance);
   };
   const auto one = run(1, 7);
-  EXPECT_EQ(one, run(2, 7));
-  EXPECT_EQ(one, run(2, 7));
-  EXPECT_EQ(std::set<std::string>(one.first.begin(), one.first.end()).size(), 40u);  // no repeats
+  EXPECT_EQ(one, run(8, 7));
+  EXPECT_EQ(one, run(3, 7));
+  EXPECT_EQ(std::set<std::string>(std::get<0>(one).begin(), std::get<0>(one).end()).size(), 60u);  // no repeats
+}
+
+TEST(Features, DerivedValuesOutOfRangeReadAsUnknownAndRoundTripThroughText) {
+  auto defaults = FamilyDefaults::Load(std::string(COVERAGE_SOURCE_DIR) + "/data/transformers_defaults.jsonl");
+  ASSERT_TRUE(defaults.has_value());
+  // 2^40 hidden with an MLP ratio: the derived intermediate would be 2^42.
+  auto f = ExtractFeatures(std::string_view(R"({"model_type": "llama", "hidden_size": 1099511627776, "mlp_ratio": 4})"),
+                           **defaults);
+  ASSERT_TRUE(f.has_value()) << f.error().ToString();
+  EXPECT_LE(f->intermediate, int64_t{1} << 40);
+  // Stored as text and read back (non-negative integers come back unsigned).
+  auto back = FeaturesFromJson(nlohmann::json::parse(ToJson(*f).dump()));
+  ASSERT_TRUE(back.has_value()) << back.error().ToString();
+  EXPECT_EQ(*back, *f);
 }
 
 TEST(Select, TheSeedOnlyBreaksExactTies) {

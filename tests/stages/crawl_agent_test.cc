@@ -185,7 +185,9 @@ TEST(CrawlAgent, ResumesFromTheRegistryAndTheTraceWithinTheSameBudget) {
   const int64_t budget = 2500;
   std::atomic<bool> stop{false};
   auto o = Options(*hub.server, dir.File("agent.jsonl"), budget);
+  o.transport.page_limit = 50;  // small pages: regions run out and are refilled through facet pages
   o.transport.stop = &stop;
+  const int64_t server_before = hub.server->stats().requests;
   o.on_progress = [&](int64_t requests, int64_t) {
     if (requests > 600) stop = true;
   };
@@ -213,6 +215,12 @@ TEST(CrawlAgent, ResumesFromTheRegistryAndTheTraceWithinTheSameBudget) {
   }
   EXPECT_TRUE(resumed);
   EXPECT_EQ(std::stoll(fetched->rows[0][0]), fetch_lines);
+  EXPECT_LE(hub.server->stats().requests - server_before, budget) << "both runs together";
+  // Facet pages were read through the registry sink, each facet a crawl of its own.
+  EXPECT_GT(std::stoll((*reg)->Query("SELECT COUNT(*) FROM crawls WHERE crawl_id LIKE '%filter=%'")->rows[0][0]), 0);
+  int64_t facet_pages = 0;
+  for (const json& line : ReadTrace(dir.File("agent.jsonl"))) facet_pages += line.value("action", "") == "facet_page";
+  EXPECT_GT(facet_pages, 0);
 
   // Resume without a trace is refused, naming the file.
   auto o2 = o;
@@ -220,6 +228,58 @@ TEST(CrawlAgent, ResumesFromTheRegistryAndTheTraceWithinTheSameBudget) {
   auto refused = crawler::RunAgent(o2, sink, Curl(), classify.AsClassifier());
   ASSERT_FALSE(refused.has_value());
   EXPECT_NE(refused.error().message().find("none.jsonl"), std::string::npos);
+}
+
+TEST(CrawlAgent, AKilledRunIsChargedTheMostItsLastActionCouldHaveSent) {
+  Hub& hub = SyntheticHub(20000);
+  testing::TempDir dir;
+  testing::CachedClassifier classify(Defaults());
+  testing::MemoryAgentSink sink;
+  const std::string trace = dir.File("killed.jsonl");
+  auto o = Options(*hub.server, trace, 300);
+  auto first = crawler::RunAgent(o, sink, Curl(), classify.AsClassifier());
+  ASSERT_TRUE(first.has_value());
+  // As if killed in the middle of an action: no stop line, the last line cut.
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(trace);
+    std::string text;
+    while (std::getline(in, text)) lines.push_back(text);
+  }
+  ASSERT_EQ(json::parse(lines.back()).at("action"), "stop");
+  const int64_t used = json::parse(lines[lines.size() - 2]).at("requests");
+  {
+    std::ofstream out(trace, std::ios::trunc);
+    for (size_t i = 0; i + 1 < lines.size(); ++i) out << lines[i] << '\n';
+    out << "{\"action\": \"fetch_con";  // cut mid-write, no newline
+  }
+  o.budget = 400;
+  o.resume = true;
+  auto second = crawler::RunAgent(o, sink, Curl(), classify.AsClassifier());
+  ASSERT_TRUE(second.has_value()) << second.error().ToString();
+  EXPECT_LE(second->requests, 400);
+  bool charged = false;
+  for (const json& line : ReadTrace(trace)) {  // every line parses: the cut line was ended
+    if (line.value("action", "") == "resume") {
+      charged = line.value("why", "").find("charged") != std::string::npos;
+      EXPECT_GE(line.at("requests").get<int64_t>(), used + 25);  // 5 tries x 5 tries
+    }
+  }
+  EXPECT_TRUE(charged);
+}
+
+TEST(CrawlAgent, ATraceWithWrongTypesIsExplainedNotThrown) {
+  testing::TempDir dir;
+  {
+    std::ofstream out(dir.File("odd.jsonl"));
+    out << R"({"action": 5, "requests": "many", "why": ["x"]})" << '\n'
+        << R"({"action": "fetch_config", "observed_gain": "one", "region": 3, "requests": 7})" << '\n'
+        << "not json\n";
+  }
+  auto text = crawler::ExplainTrace(dir.File("odd.jsonl"));
+  ASSERT_TRUE(text.has_value()) << text.error().ToString();
+  EXPECT_NE(text->find("2 decisions, 7 requests"), std::string::npos) << *text;
+  EXPECT_NE(text->find("1 unreadable lines"), std::string::npos) << *text;
 }
 
 }  // namespace

@@ -93,6 +93,33 @@ TEST(SelectStage, DerivesFeaturesOnceStoresReasonsAndRederivesChangedConfigs) {
   EXPECT_EQ(old->derived, google);
 }
 
+TEST(SelectStage, FeaturesOfAConfigThatChangedOrWentAwayAreNotUsed) {
+  testing::TempDir dir;
+  auto reg = registry::Registry::Open(dir.File("r.db"));
+  ASSERT_TRUE(reg.has_value());
+  FillRegistry(**reg);
+  auto defaults = Defaults();
+  ASSERT_TRUE(DeriveFeatures(**reg, *defaults).has_value());
+  const std::string id = (*reg)->Query("SELECT model_id FROM features WHERE status = 'ok' LIMIT 1")->rows[0][0];
+  // A later crawl finds the config gone: the model is not selected from.
+  ASSERT_TRUE((*reg)->StoreConfig(id, "missing", "HTTP 404 EntryNotFound", "").ok());
+  auto s = RunSelect(**reg, {});
+  ASSERT_TRUE(s.has_value());
+  for (size_t m = 0; m < s->population.size(); ++m) EXPECT_NE(s->population.id(m), id);
+
+  // Features derived from a config text that was replaced meanwhile are not stored.
+  registry::FeatureRecord stale;
+  stale.model_id = "broken/empty-object";
+  stale.version = selection::kFeatureExtractorVersion;
+  stale.ok = false;
+  stale.reason = "derived from an old text";
+  stale.derived_from = "{\"model_type\": \"an older text\"}";
+  auto stored = (*reg)->StoreFeatures({stale});
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(*stored, 0);
+  EXPECT_EQ(Count(**reg, "SELECT COUNT(*) FROM features WHERE reason = 'derived from an old text'"), 0);
+}
+
 TEST(SelectStage, AnInterruptedDerivationKeepsItsBatchesAndGoesOn) {
   testing::TempDir dir;
   auto reg = registry::Registry::Open(dir.File("r.db"));
