@@ -94,8 +94,9 @@ int RunSelectCommand(const GlobalOptions& global, const SelectFlags& flags) {
     }
     std::printf("\n%s", table.RenderAligned(160).c_str());
     if (sel.representatives.size() > table.rows.size()) {
-      std::printf("... %zu more: coverage registry sql \"SELECT * FROM v_representatives\"\n",
-                  sel.representatives.size() - table.rows.size());
+      std::printf("... %zu more: --show %zu, or sqlite3 %s 'SELECT * FROM v_representatives'\n",
+                  sel.representatives.size() - table.rows.size(), sel.representatives.size(),
+                  global.registry_path.c_str());
     }
   }
   std::printf("registry: %s (tables selections, representatives, selection_members)\n", global.registry_path.c_str());

@@ -42,6 +42,7 @@ check "explain names the most explored regions" contains "$TMP/explain.out" "Mos
 check "select succeeds" test $? -eq 0
 check "select prints coverage" contains "$TMP/select.out" "coarse signatures covered"
 check "select prints representatives" contains "$TMP/select.out" "stands for"
+check "select says how to see the rest" contains "$TMP/select.out" "20 more: --show 25"
 check "select stored its representatives" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM v_representatives")" -eq 25
 check "every fetched model is a member" \
   test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM selection_members")" -eq \
