@@ -14,6 +14,7 @@
 #include "registry/registry.h"
 #include "stages/crawl_stage.h"
 #include "tests/support/agent_support.h"
+#include "tests/support/family_defaults.h"
 #include "tests/support/temp_dir.h"
 #include "tools/hub-replay/hub_server.h"
 
@@ -22,11 +23,7 @@ namespace {
 
 using nlohmann::json;
 
-std::shared_ptr<const selection::FamilyDefaults> Defaults() {
-  static auto d = selection::FamilyDefaults::Load(std::string(COVERAGE_SOURCE_DIR) + "/data/transformers_defaults.jsonl");
-  EXPECT_TRUE(d.has_value());
-  return d ? *d : selection::FamilyDefaults::Empty();
-}
+std::shared_ptr<const selection::FamilyDefaults> Defaults() { return testing::RealFamilyDefaults(); }
 
 crawler::HttpClientFactory Curl() {
   return [] { return std::make_unique<crawler::CurlHttpClient>(); };

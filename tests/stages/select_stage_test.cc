@@ -10,6 +10,7 @@
 #include "core/json_capped.h"
 #include "registry/registry.h"
 #include "selection/features.h"
+#include "tests/support/family_defaults.h"
 #include "stages/select_stage.h"
 #include "tests/support/temp_dir.h"
 
@@ -48,11 +49,7 @@ int64_t FillRegistry(registry::Registry& reg) {
   return static_cast<int64_t>(configs.size());
 }
 
-std::shared_ptr<const selection::FamilyDefaults> Defaults() {
-  auto d = selection::FamilyDefaults::Load(std::string(COVERAGE_SOURCE_DIR) + "/data/transformers_defaults.jsonl");
-  EXPECT_TRUE(d.has_value());
-  return *d;
-}
+std::shared_ptr<const selection::FamilyDefaults> Defaults() { return testing::RealFamilyDefaults(); }
 
 int64_t Count(registry::Registry& reg, const std::string& sql) { return std::stoll(reg.Query(sql)->rows[0][0]); }
 

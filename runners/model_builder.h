@@ -1,0 +1,78 @@
+// The config-driven model builder: builds a model from its architectural
+// features (selection/features.h) and its config.json at its real
+// dimensions, with random weights, and runs its forward pass under the op
+// observer.
+//
+// Families built so far: decoder-only language models, with
+//   - attention MHA / GQA / MQA, optional per-head q/k RMSNorm, linear biases;
+//   - positions: rotary (rope scaling variants change only the precomputed
+//     frequencies, so the executed ops are the same; partial rotary), ALiBi,
+//     learned, none;
+//   - RMSNorm or LayerNorm before each block, sequential or parallel residual
+//     (GPT-NeoX, Falcon, Phi, GPT-J);
+//   - MLP: gated (SwiGLU / GeGLU style) or plain, with the family's
+//     activation; mixture of experts with top-k routing and shared experts;
+//   - sliding-window attention, tied embeddings, a KV cache in decode
+//     profiles.
+// Anything else (other structures, MLA or linear attention, multimodal rope,
+// post-norm decoders, an activation it does not know) is not built: the plan
+// says why. Nothing is approximated silently.
+//
+// Layers repeat, so only `max_layers` of them are built (the plan records
+// how many of how many); dimensions are never reduced. The plan estimates the
+// bytes the build needs and refuses above `max_bytes`.
+//
+// Thread safety: pure functions; RunModel uses the calling thread's recorder.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/result.h"
+#include "runners/blocks.h"
+#include "runners/capture.h"
+#include "selection/features.h"
+
+namespace coverage::runners {
+
+// Bump when the builder changes what a model executes.
+inline constexpr int kModelBuilderVersion = 1;
+
+struct BuildOptions {
+  int64_t max_layers = 2;  // layers built (at most the model's own count)
+  double max_bytes = 8e9;  // refuse a build estimated above this
+};
+
+struct BuildPlan {
+  bool buildable = false;
+  std::string reason;  // why not, when !buildable
+  std::string family;  // "decoder"
+  int64_t layers_total = 0;
+  int64_t layers_built = 0;
+  double weight_bytes = 0;
+  double activation_bytes = 0;
+  // Decoder details read from the config where features do not say.
+  bool parallel_residual = false;
+  bool qk_norm = false;
+  bool linear_bias = false;
+  double rotary_fraction = 1.0;
+  int64_t expert_intermediate = 0;
+};
+
+// Decides whether and how `features` (with its `config`) can be built for
+// `profile`, and estimates the memory. Never fails: an unbuildable model gets
+// a plan with the reason.
+BuildPlan PlanModel(const selection::Features& features, const nlohmann::json& config, const CaptureProfile& profile,
+                    const BuildOptions& options);
+
+// Builds the model of a buildable `plan` and runs one forward pass of
+// `profile` while `recorder` records, with module paths like
+// "layers.0.self_attn". Errors: InvalidArgument for a plan that is not
+// buildable; Internal for ATen failures (with the message).
+Status RunModel(const selection::Features& features, const BuildPlan& plan, const CaptureProfile& profile,
+                OpRecorder& recorder, uint64_t seed = 0);
+
+}  // namespace coverage::runners
