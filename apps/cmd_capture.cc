@@ -1,4 +1,5 @@
 // `coverage capture`: builds the bundled registry from data/seed_models.jsonl.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -21,6 +22,9 @@ struct CaptureFlags {
   int max_depth = 0;
   double max_gb = 8;
   bool force = false;
+  bool selection = false;
+  int64_t selection_id = 0;
+  int64_t max_layers = 2;
 };
 
 Result<std::vector<runners::BlockModel>> LoadModels(const std::string& path, const std::vector<std::string>& only) {
@@ -67,7 +71,55 @@ Result<std::vector<runners::CaptureProfile>> LoadProfiles(const std::string& pat
   return out;
 }
 
+int RunSelectionCaptureCommand(const GlobalOptions& global, const CaptureFlags& flags) {
+  const std::string profiles_path =
+      flags.profiles_path.empty() ? global.home + "/configs/capture_profiles.json" : flags.profiles_path;
+  auto profiles = LoadProfiles(profiles_path, flags.only_profiles);
+  if (!profiles) return ReportError(profiles.error());
+  auto reg = OpenRegistry(global, /*read_only=*/false);
+  if (!reg) return ReportError(reg.error());
+  ApplyHostSettings(global);
+  stages::SelectionCaptureOptions options;
+  options.selection_id = flags.selection_id;
+  options.only_models = flags.only_models;
+  options.profiles = std::move(*profiles);
+  options.max_layers = flags.max_layers;
+  options.max_bytes = flags.max_gb * 1e9;
+  options.max_depth = flags.max_depth;
+  options.force = flags.force;
+  options.progress = !global.quiet;
+  options.stop = InstallStopHandler();
+  auto summary = stages::RunSelectionCapture(**reg, options);
+  if (!summary) return ReportError(summary.error().WithContext("capture"));
+  const auto& s = *summary;
+  std::printf("capture of selection %lld (%lld representatives): %lld (model, profile) pairs built, %lld not built, "
+              "%lld failed, %lld done before\n",
+              static_cast<long long>(s.selection_id), static_cast<long long>(s.representatives),
+              static_cast<long long>(s.pairs_built), static_cast<long long>(s.pairs_not_built),
+              static_cast<long long>(s.pairs_failed), static_cast<long long>(s.pairs_skipped));
+  std::printf("  %lld calls recorded, %lld distinct cases in them, %lld new; registry now holds %lld cases\n",
+              static_cast<long long>(s.calls), static_cast<long long>(s.cases_seen),
+              static_cast<long long>(s.cases_new), static_cast<long long>(s.cases_total));
+  if (s.models_without_profile > 0) {
+    std::printf("  %lld representatives have no selected input profile for their structure\n",
+                static_cast<long long>(s.models_without_profile));
+  }
+  std::vector<std::pair<int64_t, std::string>> reasons;
+  for (const auto& [why, n] : s.not_built) reasons.emplace_back(n, why);
+  std::sort(reasons.rbegin(), reasons.rend());
+  for (size_t i = 0; i < reasons.size() && i < 10; ++i) {
+    std::printf("  not built (%lld pairs): %s\n", static_cast<long long>(reasons[i].first), reasons[i].second.c_str());
+  }
+  std::printf("registry: %s (views v_build_coverage, v_build_failures)\n", global.registry_path.c_str());
+  if (s.interrupted) {
+    std::printf("interrupted: rerun the same command to capture the remaining pairs\n");
+    return kExitInterrupted;
+  }
+  return kExitOk;
+}
+
 int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
+  if (flags.selection) return RunSelectionCaptureCommand(global, flags);
   const std::string models_path = flags.models_path.empty() ? global.home + "/data/seed_models.jsonl" : flags.models_path;
   const std::string profiles_path =
       flags.profiles_path.empty() ? global.home + "/configs/capture_profiles.json" : flags.profiles_path;
@@ -133,6 +185,15 @@ void AddCaptureCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--max-gb", flags->max_gb, "Refuse a (model, profile) whose estimated memory exceeds this")
       ->capture_default_str();
   cmd->add_flag("--force", flags->force, "Recapture pairs that were already captured");
+  cmd->add_flag("--selection", flags->selection,
+                "Build the representatives of a selection (coverage select) from their configs with the model\n"
+                "builder and capture them, instead of the seed models");
+  cmd->add_option("--selection-id", flags->selection_id, "With --selection: which selection (0 = the newest)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-layers", flags->max_layers, "With --selection: layers built per model (layers repeat)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->callback([&global, flags]() { global.exit_code = RunCapture(global, *flags); });
 }
 

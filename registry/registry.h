@@ -165,6 +165,31 @@ struct MemberRecord {
   double distance = 0;
 };
 
+// What the model builder did with one (model, profile).
+struct BuildRecord {
+  std::string model_id;
+  std::string profile;
+  int builder_version = 0;
+  std::string status;  // built, not_built, failed
+  std::string reason;
+  std::string family;
+  int64_t layers_built = 0, layers_total = 0;
+  double estimated_bytes = 0;
+  double estimated_flops = 0;
+  std::string notes_json = "[]";
+  int64_t calls = 0, cases = 0;
+  double seconds = 0;
+};
+
+// A representative of a selection, with what the builder needs.
+struct SelectedModel {
+  int rank = 0;
+  std::string model_id;
+  std::string model_type;
+  std::string features_json;  // "" when its features are missing or failed
+  std::string config_json;
+};
+
 // Rows of a read-only query, as text (NULL becomes "").
 struct QueryRows {
   std::vector<std::string> columns;
@@ -236,6 +261,13 @@ class Registry {
   // transaction; returns its selection_id.
   Result<int64_t> StoreSelection(const SelectionRecord& selection, const std::vector<RepresentativeRecord>& reps,
                                  const std::vector<MemberRecord>& members);
+
+  // The representatives of selection `selection_id` (0: the newest) in rank
+  // order. NotFound when there is no such selection.
+  Result<std::vector<SelectedModel>> SelectionModels(int64_t selection_id, int64_t* resolved_id = nullptr);
+  Result<std::optional<BuildRecord>> GetBuild(const std::string& model_id, const std::string& profile);
+  Status RecordBuild(const BuildRecord& build);
+  Status DeleteBuild(const std::string& model_id, const std::string& profile);
 
   Result<std::vector<StoredCase>> FindCases(const CaseFilter& filter);
   Result<std::optional<StoredCase>> GetCaseByKey(const std::string& key);

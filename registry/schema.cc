@@ -235,6 +235,44 @@ CREATE VIEW v_feature_failures AS
   ORDER BY models DESC;
 )sql";
 
+// Version 4: what the config-driven model builder did with each
+// (representative, input profile): built and captured, or not built and why.
+constexpr std::string_view kV4 = R"sql(
+CREATE TABLE builds (
+  model_id         TEXT NOT NULL,
+  profile          TEXT NOT NULL,
+  builder_version  INTEGER NOT NULL,
+  status           TEXT NOT NULL CHECK (status IN ('built', 'not_built', 'failed')),
+  reason           TEXT,              -- why not built, or the error
+  family           TEXT,              -- the builder family ("decoder", ...)
+  layers_built     INTEGER,
+  layers_total     INTEGER,
+  estimated_bytes  REAL,
+  estimated_flops  REAL,
+  notes_json       TEXT,              -- what the build does differently (JSON array)
+  calls            INTEGER,
+  cases            INTEGER,
+  seconds          REAL,
+  built_at         TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  PRIMARY KEY (model_id, profile)
+);
+
+-- Per model_type: how many models the builder built (in at least one profile) and how many it did not.
+CREATE VIEW v_build_coverage AS
+  SELECT COALESCE(m.model_type, '') AS model_type,
+         COUNT(DISTINCT b.model_id) AS models,
+         COUNT(DISTINCT CASE WHEN b.status = 'built' THEN b.model_id END) AS built,
+         COUNT(DISTINCT CASE WHEN b.status <> 'built' THEN b.model_id END) AS not_built
+  FROM builds b LEFT JOIN models m ON m.id = b.model_id
+  GROUP BY COALESCE(m.model_type, '') ORDER BY models DESC;
+
+-- Why models were not built, most common first.
+CREATE VIEW v_build_failures AS
+  SELECT b.status, b.reason, COUNT(DISTINCT b.model_id) AS models, MIN(b.model_id) AS example
+  FROM builds b WHERE b.status <> 'built'
+  GROUP BY b.status, b.reason ORDER BY models DESC;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -242,6 +280,7 @@ const std::vector<Migration>& Migrations() {
       {1, "op cases, provenance, models, runs, results, views", kV1},
       {2, "Hub metadata of models, config status, crawl progress and rejects", kV2},
       {3, "features of model configs, selections of representatives", kV3},
+      {4, "what the model builder built, per model and profile", kV4},
   };
   return kMigrations;
 }

@@ -49,16 +49,23 @@ struct BuildOptions {
 struct BuildPlan {
   bool buildable = false;
   std::string reason;  // why not, when !buildable
-  std::string family;  // "decoder"
+  std::string family;  // "decoder", ...
   int64_t layers_total = 0;
   int64_t layers_built = 0;
   double weight_bytes = 0;
   double activation_bytes = 0;
+  double flops = 0;  // estimated floating-point operations of the forward pass that is run
+  nlohmann::json config;            // the model's config.json, for the family's Run
+  std::vector<std::string> notes;   // what the build does differently, e.g. "2 of 32 layers"
   // Decoder details read from the config where features do not say.
   bool parallel_residual = false;
   bool qk_norm = false;
   bool linear_bias = false;
   double rotary_fraction = 1.0;
+  bool gemma = false;                // embeddings scaled by sqrt(hidden), norms scale by (1 + weight)
+  double attn_softcap = 0;           // Gemma 2: scores = cap * tanh(scores / cap)
+  double final_softcap = 0;          // the same on the logits
+  bool separate_parallel_norms = false;  // Falcon's new decoder: own norms for attention and MLP
   int64_t expert_intermediate = 0;
 };
 

@@ -48,6 +48,19 @@ check "every fetched model is a member" \
   test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM selection_members")" -eq \
   "$(sqlite3 "$DB" "SELECT COUNT(*) FROM features WHERE status = 'ok'")"
 
+# The representatives through the model builder: every (model, profile) gets a build row.
+"$BIN" -q --registry "$DB" capture --selection --profile decode --max-layers 1 --max-gb 0.5 >"$TMP/cap.out" 2>&1
+check "capture --selection succeeds" test $? -eq 0
+check "capture --selection reports built and not built" contains "$TMP/cap.out" "pairs built"
+check "every representative has a build row" \
+  test "$(sqlite3 "$DB" "SELECT COUNT(DISTINCT model_id) FROM builds")" -eq 25
+check "unbuilt pairs say why" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM builds WHERE status <> 'built' AND reason = ''")" -eq 0
+"$BIN" -q --registry "$DB" capture --selection --profile decode --max-layers 1 --max-gb 0.5 >"$TMP/cap2.out" 2>&1
+check "a second capture --selection builds nothing again" contains "$TMP/cap2.out" ": 0 (model, profile) pairs built"
+"$BIN" -q --registry "$DB" capture --selection --selection-id 99 >"$TMP/e0.out" 2>&1
+check "capture of a missing selection is refused" test $? -eq 2
+check "capture names the missing selection" contains "$TMP/e0.out" "no selection 99"
+
 # Bad input: clear errors, exit 2, nothing lost.
 before=$(sqlite3 "$DB" "SELECT COUNT(*) FROM models WHERE config_status IS NOT NULL")
 "$BIN" --registry "$DB" select --k 0 >"$TMP/e1.out" 2>&1

@@ -1,0 +1,127 @@
+// Capture at scale: every real config shipped in data/hub/configs.jsonl goes
+// through the select step (features, one representative per distinct
+// point) and the model builder's capture with the default input profiles,
+// in a scratch registry. Reports capture throughput (models and (model,
+// profile) pairs per minute), the registry's growth curve as models are
+// added, and the distinct op cases by op and by model structure.
+//
+//   build/bin/bench_capture_scale [--limit N] [--max-layers 2] [--max-gb 8] [--batch 10]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/json_capped.h"
+#include "registry/registry.h"
+#include "runners/blocks.h"
+#include "selection/features.h"
+#include "stages/capture_stage.h"
+#include "stages/select_stage.h"
+#include "tests/support/temp_dir.h"
+
+int main(int argc, char** argv) {
+  using namespace coverage;
+  int64_t limit = 0, max_layers = 2, batch = 10;
+  double max_gb = 8;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--limit")) limit = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--max-layers")) max_layers = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--max-gb")) max_gb = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "unknown argument '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines as they come, also into a file
+  const std::string home = COVERAGE_SOURCE_DIR;
+  testing::TempDir dir;
+  auto reg = registry::Registry::Open(dir.File("capture.db"));
+  if (!reg) return 2;
+  // Every shipped config, stored as a crawl stores it.
+  std::vector<registry::HubModelRecord> models;
+  std::vector<std::pair<std::string, std::string>> configs;
+  std::ifstream in(home + "/data/hub/configs.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = ParseJsonCapped(line, {.python_literals = true});
+    if (!j) continue;
+    registry::HubModelRecord m;
+    m.id = (*j)["id"];
+    m.model_type = (*j)["config"].value("model_type", "");
+    models.push_back(m);
+    configs.emplace_back(m.id, (*j)["config"].dump());
+  }
+  if (!(*reg)->StartCrawl("bench").ok() || !(*reg)->StoreCrawlPage("bench", models, {}, std::nullopt).ok()) return 2;
+  for (const auto& [id, config] : configs) (void)(*reg)->StoreConfig(id, "fetched", "", config);
+  auto defaults = selection::FamilyDefaults::Load(home + "/data/transformers_defaults.jsonl");
+  if (!defaults || !stages::DeriveFeatures(**reg, **defaults).has_value()) return 2;
+  stages::SelectOptions select;
+  select.k = 100000;  // every distinct point
+  auto selected = stages::RunSelect(**reg, select);
+  if (!selected) return 2;
+  auto reps = (*reg)->SelectionModels(0);
+  if (!reps) return 2;
+  std::vector<std::string> ids;
+  for (const auto& r : *reps) ids.push_back(r.model_id);
+  if (limit > 0 && static_cast<int64_t>(ids.size()) > limit) ids.resize(static_cast<size_t>(limit));
+  std::printf("%zu shipped configs, %zu representatives (one per distinct point); capturing %zu of them\n",
+              configs.size(), reps->size(), ids.size());
+
+  std::ifstream profiles_in(home + "/configs/capture_profiles.json");
+  nlohmann::json profiles_doc = nlohmann::json::parse(profiles_in, nullptr, false);
+  auto profiles = runners::ParseCaptureProfiles(profiles_doc);
+  if (!profiles) return 2;
+
+  stages::SelectionCaptureOptions options;
+  options.profiles = *profiles;
+  options.max_layers = max_layers;
+  options.max_bytes = max_gb * 1e9;
+  options.progress = false;
+  const auto start = std::chrono::steady_clock::now();
+  int64_t built = 0, not_built = 0, failed = 0;
+  std::printf("%8s %8s %10s %10s\n", "models", "seconds", "pairs", "cases");
+  for (size_t done = 0; done < ids.size();) {
+    const size_t next = std::min(ids.size(), done + static_cast<size_t>(batch));
+    options.only_models.assign(ids.begin() + static_cast<std::ptrdiff_t>(done),
+                               ids.begin() + static_cast<std::ptrdiff_t>(next));
+    auto s = stages::RunSelectionCapture(**reg, options);
+    if (!s) {
+      std::fprintf(stderr, "%s\n", s.error().ToString().c_str());
+      return 2;
+    }
+    built += s->pairs_built;
+    not_built += s->pairs_not_built;
+    failed += s->pairs_failed;
+    done = next;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("%8zu %8.1f %10lld %10lld\n", done, secs, static_cast<long long>(built),
+                static_cast<long long>(s->cases_total));
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto models_built = (*reg)->Query("SELECT COUNT(DISTINCT model_id) FROM builds WHERE status = 'built'");
+  std::printf("built %s models in %lld (model, profile) pairs (%lld not built, %lld failed) in %.1f s: "
+              "%.1f models/min, %.1f pairs/min\n",
+              models_built->rows[0][0].c_str(), static_cast<long long>(built), static_cast<long long>(not_built),
+              static_cast<long long>(failed), secs, 60.0 * std::stod(models_built->rows[0][0]) / secs,
+              60.0 * static_cast<double>(built) / secs);
+  auto by_op = (*reg)->Query("SELECT op, COUNT(*) AS cases FROM op_cases GROUP BY op ORDER BY cases DESC LIMIT 15");
+  std::printf("distinct cases by op (top 15):\n");
+  for (const auto& row : by_op->rows) std::printf("  %-28s %s\n", row[0].c_str(), row[1].c_str());
+  auto by_structure = (*reg)->Query(
+      "SELECT json_extract(f.features_json, '$.structure') AS structure, COUNT(DISTINCT s.case_id) AS cases, "
+      "COUNT(DISTINCT s.model_id) AS models FROM case_sources s JOIN features f ON f.model_id = s.model_id "
+      "GROUP BY structure ORDER BY cases DESC");
+  std::printf("distinct cases by model structure:\n");
+  for (const auto& row : by_structure->rows) {
+    std::printf("  %-16s %8s cases from %s models\n", row[0].c_str(), row[1].c_str(), row[2].c_str());
+  }
+  auto reasons = (*reg)->Query("SELECT reason, models FROM v_build_failures LIMIT 8");
+  std::printf("not built, most common reasons:\n");
+  for (const auto& row : reasons->rows) std::printf("  %4s models: %s\n", row[1].c_str(), row[0].c_str());
+  return 0;
+}
