@@ -31,17 +31,30 @@ BuildPlan PlanModel(const selection::Features& f, const nlohmann::json& config, 
   return plan;
 }
 
-Status RunModel(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, OpRecorder& rec,
+Status RunModel(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, OpRecorder& recorder,
                 uint64_t seed) {
-  if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
-  const std::string& family = plan.family;
-  if (family == "decoder") return builder::RunDecoder(f, plan, profile, rec, seed);
-  if (family == "encoder") return builder::RunEncoder(f, plan, profile, rec, seed);
-  if (family == "encoder-decoder") return builder::RunEncoderDecoder(f, plan, profile, rec, seed);
-  if (family == "vision") return builder::RunVision(f, plan, profile, rec, seed);
-  if (family == "conv") return builder::RunConv(f, plan, profile, rec, seed);
-  if (family == "speech") return builder::RunSpeech(f, plan, profile, rec, seed);
-  return Status::Internal("no builder for family '" + plan.family + "'");
+  ModelSession session(&recorder);
+  return builder::RunInSession(f, plan, profile, session, seed);
 }
+
+namespace builder {
+
+Status RunInSession(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
+                    ModelSession& rec, uint64_t seed) {
+  if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
+  rec.BeginRun(seed);
+  const std::string& family = plan.family;
+  Status status = Status::Internal("no builder for family '" + plan.family + "'");
+  if (family == "decoder") status = RunDecoder(f, plan, profile, rec, seed);
+  if (family == "encoder") status = RunEncoder(f, plan, profile, rec, seed);
+  if (family == "encoder-decoder") status = RunEncoderDecoder(f, plan, profile, rec, seed);
+  if (family == "vision") status = RunVision(f, plan, profile, rec, seed);
+  if (family == "conv") status = RunConv(f, plan, profile, rec, seed);
+  if (family == "speech") status = RunSpeech(f, plan, profile, rec, seed);
+  // A session that stopped on purpose (it had what it watched for) succeeded.
+  return rec.stopped() ? Status::Ok() : status;
+}
+
+}  // namespace builder
 
 }  // namespace coverage::runners

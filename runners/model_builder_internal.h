@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runners/model_builder.h"
+#include "runners/model_session.h"
 
 namespace coverage::runners::builder {
 
@@ -49,11 +50,35 @@ inline at::Tensor Activate(const at::Tensor& x, const std::string& a) {
 
 inline double ElementBytes(DType d) { return d == DType::kFloat32 ? 4 : d == DType::kFloat64 ? 8 : 2; }
 
+// Weights come from the session (model_session.h): random N(0, 0.02^2),
+// ones or zeros, in `dtype`, made once per training session.
 struct Weights {
   at::ScalarType dtype;
-  at::Tensor operator()(at::IntArrayRef shape) const { return (at::randn(shape) * 0.02).to(dtype); }
-  at::Tensor Ones(at::IntArrayRef shape) const { return at::ones(shape, at::TensorOptions().dtype(dtype)); }
-  at::Tensor Zeros(at::IntArrayRef shape) const { return at::zeros(shape, at::TensorOptions().dtype(dtype)); }
+  ModelSession* session;
+  at::Tensor operator()(at::IntArrayRef shape) const { return session->Weight(WeightInit::kRandom, shape, dtype); }
+  at::Tensor Ones(at::IntArrayRef shape) const { return session->Weight(WeightInit::kOnes, shape, dtype); }
+  at::Tensor Zeros(at::IntArrayRef shape) const { return session->Weight(WeightInit::kZeros, shape, dtype); }
+};
+
+// Sets the session's module path for the lifetime of the scope (see
+// ModelSession::EnterModule / ExitModule).
+class ModuleScope {
+ public:
+  ModuleScope(ModelSession* session, std::string path)
+      : session_(session), previous_(session->module_path()), path_(std::move(path)) {
+    session_->EnterModule(path_);
+  }
+  ~ModuleScope() {
+    session_->ExitModule(path_);
+    session_->SetModulePath(std::move(previous_));
+  }
+  ModuleScope(const ModuleScope&) = delete;
+  ModuleScope& operator=(const ModuleScope&) = delete;
+
+ private:
+  ModelSession* session_;
+  std::string previous_;
+  std::string path_;
 };
 
 struct Norm {
@@ -113,7 +138,7 @@ inline at::Tensor LayerNorm(const at::Tensor& x, const Norm& n, double eps) {
   BuildPlan Plan##Name(const selection::Features& f, const json& config, const CaptureProfile& profile,     \
                        const BuildOptions& options);                                                        \
   Status Run##Name(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,      \
-                   OpRecorder& rec, uint64_t seed);
+                   ModelSession& rec, uint64_t seed);
 COVERAGE_BUILDER_FAMILY(Decoder)         // model_decoder.cc: structure "decoder"
 COVERAGE_BUILDER_FAMILY(Encoder)         // model_encoder.cc: structure "encoder"
 COVERAGE_BUILDER_FAMILY(EncoderDecoder)  // model_encoder.cc: structure "encoder-decoder"
@@ -121,5 +146,9 @@ COVERAGE_BUILDER_FAMILY(Vision)          // model_vision.cc: structure "vision" 
 COVERAGE_BUILDER_FAMILY(Conv)            // model_vision.cc: structure "conv" (ResNet, ConvNeXt)
 COVERAGE_BUILDER_FAMILY(Speech)          // model_vision.cc: structure "speech" (wav2vec2, Whisper)
 #undef COVERAGE_BUILDER_FAMILY
+
+// Runs a buildable plan in `session` (RunModel with a session of its own).
+Status RunInSession(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
+                    ModelSession& session, uint64_t seed);
 
 }  // namespace coverage::runners::builder

@@ -119,13 +119,13 @@ BuildPlan PlanDecoder(const selection::Features& f, const json& config, const Ca
   return plan;
 }
 
-Status RunDecoder(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, OpRecorder& rec,
+Status RunDecoder(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, ModelSession& rec,
                 uint64_t seed) {
   if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
   try {
     at::manual_seed(seed);
     const at::ScalarType dt = ToScalarType(profile.dtype);
-    const Weights W{dt};
+    const Weights W{dt, &rec};
     const int64_t H = f.hidden, heads = f.heads, kv = f.kv_heads > 0 ? f.kv_heads : f.heads;
     const int64_t hd = f.head_dim > 0 ? f.head_dim : H / heads, I = f.intermediate, rep = heads / kv;
     const int64_t B = profile.batch, S = std::max<int64_t>(1, profile.seq_len), P = profile.past_len, T = P + S;
@@ -171,7 +171,7 @@ Status RunDecoder(const selection::Features& f, const BuildPlan& plan, const Cap
     at::Tensor inv_freq = 1.0 / at::pow(10000.0, at::arange(0, rot, 2, at::kFloat) / static_cast<double>(rot));
     at::Tensor slopes = f.position == "alibi" ? AlibiSlopes(heads) : at::Tensor();
 
-    c10::InferenceMode guard;
+    c10::InferenceMode guard(!rec.training);
     rec.Start();
     at::Tensor x;
     {
@@ -304,12 +304,12 @@ Status RunDecoder(const selection::Features& f, const BuildPlan& plan, const Cap
       x = apply_norm(x, ln_f);
     }
     {
-      // Generation computes logits for the last position only.
+      // Generation computes logits for the last position only, training for all.
       ModuleScope s(&rec, "lm_head");
-      x = at::linear(x.slice(1, S - 1, S), lm_head);
+      x = at::linear(rec.training ? x : x.slice(1, S - 1, S), lm_head);
       if (plan.final_softcap > 0) x = at::tanh(x / plan.final_softcap) * plan.final_softcap;
     }
-    rec.Stop();
+    rec.Stop(x);
     return Status::Ok();
   } catch (const std::exception& e) {
     rec.Stop();

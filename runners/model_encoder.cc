@@ -693,7 +693,7 @@ BuildPlan PlanEncoder(const selection::Features& f, const json& config, const Ca
   return plan;
 }
 
-Status RunEncoder(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, OpRecorder& rec,
+Status RunEncoder(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, ModelSession& rec,
                   uint64_t seed) {
   if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
   const EncoderSpec sp = EncoderSpecOf(f, plan.config);
@@ -701,7 +701,7 @@ Status RunEncoder(const selection::Features& f, const BuildPlan& plan, const Cap
   try {
     at::manual_seed(seed);
     const at::ScalarType dt = ToScalarType(profile.dtype);
-    const Weights W{dt};
+    const Weights W{dt, &rec};
     const int64_t H = sp.hidden, E = sp.embedding, heads = sp.heads, hd = sp.head_dim, inner = heads * hd;
     const int64_t I = sp.inter, V = sp.vocab;
     const int64_t B = profile.batch, S = EncoderTokens(sp, profile);
@@ -762,7 +762,7 @@ Status RunEncoder(const selection::Features& f, const BuildPlan& plan, const Cap
     at::Tensor position_buffer = at::arange(0, buffer_len, at::kLong).unsqueeze(0);
     at::Tensor type_buffer = at::zeros({1, buffer_len}, at::kLong);
 
-    c10::InferenceMode guard;
+    c10::InferenceMode guard(!rec.training);
     rec.Start();
     at::Tensor x;
     {
@@ -1065,14 +1065,14 @@ BuildPlan PlanEncoderDecoder(const selection::Features& f, const json& config, c
 }
 
 Status RunEncoderDecoder(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
-                         OpRecorder& rec, uint64_t seed) {
+                         ModelSession& rec, uint64_t seed) {
   if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
   const Seq2SeqSpec sp = Seq2SeqSpecOf(f, plan.config);
   if (!sp.reason.empty()) return Status::InvalidArgument("model is not buildable: " + sp.reason);
   try {
     at::manual_seed(seed);
     const at::ScalarType dt = ToScalarType(profile.dtype);
-    const Weights W{dt};
+    const Weights W{dt, &rec};
     const Seq2SeqShape shape = ShapeOf(sp, profile);
     const int64_t H = sp.hidden, dec_hd = sp.dec_head_dim, B = profile.batch;
     const int64_t Se = shape.enc, Sd = shape.dec, P = shape.past, T = P + Sd;
@@ -1137,7 +1137,7 @@ Status RunEncoderDecoder(const selection::Features& f, const BuildPlan& plan, co
     at::Tensor enc_mask = at::ones({B, Se}, at::kLong);
     const bool fp16 = dt == at::kHalf;
 
-    c10::InferenceMode guard;
+    c10::InferenceMode guard(!rec.training);
     rec.Start();
 
     // T5's clamp of fp16 activations after each sublayer.

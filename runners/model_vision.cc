@@ -389,7 +389,7 @@ BuildPlan PlanVision(const selection::Features& f, const json& config, const Cap
   return plan;
 }
 
-Status RunVision(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, OpRecorder& rec,
+Status RunVision(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, ModelSession& rec,
                  uint64_t seed) {
   if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
   const VisionSpec s = ReadVisionSpec(f, plan.config);
@@ -397,7 +397,7 @@ Status RunVision(const selection::Features& f, const BuildPlan& plan, const Capt
   try {
     at::manual_seed(seed);
     const at::ScalarType dt = ToScalarType(profile.dtype);
-    const Weights W{dt};
+    const Weights W{dt, &rec};
     const int64_t B = profile.batch, H = s.hidden, I = s.intermediate, C = s.channels;
     const int64_t prefix_tokens = s.tokens - s.patches - s.registers;  // class and distillation tokens
     const bool dino = s.kind == VisionKind::kDinov2, clip = s.kind == VisionKind::kClip;
@@ -449,7 +449,7 @@ Status RunVision(const selection::Features& f, const BuildPlan& plan, const Capt
     if (s.projection > 0) projection = MakeLinear(W, H, s.projection, /*bias=*/false);
     at::Tensor pixels = at::randn({B, C, s.image, s.image}).to(dt);
 
-    c10::InferenceMode guard;
+    c10::InferenceMode guard(!rec.training);
     rec.Start();
     const std::string layer_path = clip || siglip ? "encoder.layers." : "encoder.layer.";
     at::Tensor x;
@@ -828,7 +828,7 @@ BuildPlan PlanConv(const selection::Features& f, const json& config, const Captu
   return plan;
 }
 
-Status RunConv(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, OpRecorder& rec,
+Status RunConv(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, ModelSession& rec,
                uint64_t seed) {
   if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
   const int64_t per_stage = MaxLayersOf(ReadConvSpec(f, plan.config, 1).depths, plan.layers_built);
@@ -837,7 +837,7 @@ Status RunConv(const selection::Features& f, const BuildPlan& plan, const Captur
   try {
     at::manual_seed(seed);
     const at::ScalarType dt = ToScalarType(profile.dtype);
-    const Weights W{dt};
+    const Weights W{dt, &rec};
     const int64_t B = profile.batch;
     at::Tensor pixels = at::randn({B, s.channels, s.image, s.image}).to(dt);
     Linear classifier = MakeLinear(W, s.widths.back(), s.labels);
@@ -872,7 +872,7 @@ Status RunConv(const selection::Features& f, const BuildPlan& plan, const Captur
         in = out;
       }
 
-      c10::InferenceMode guard;
+      c10::InferenceMode guard(!rec.training);
       rec.Start();
       at::Tensor x;
       {
@@ -946,7 +946,7 @@ Status RunConv(const selection::Features& f, const BuildPlan& plan, const Captur
       return n.weight.unsqueeze(-1).unsqueeze(-1) * y + n.bias.unsqueeze(-1).unsqueeze(-1);
     };
 
-    c10::InferenceMode guard;
+    c10::InferenceMode guard(!rec.training);
     rec.Start();
     at::Tensor x;
     {
@@ -1227,7 +1227,7 @@ BuildPlan PlanSpeech(const selection::Features& f, const json& config, const Cap
   return plan;
 }
 
-Status RunSpeech(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, OpRecorder& rec,
+Status RunSpeech(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, ModelSession& rec,
                  uint64_t seed) {
   if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
   const SpeechSpec s = ReadSpeechSpec(f, plan.config, profile);
@@ -1235,7 +1235,7 @@ Status RunSpeech(const selection::Features& f, const BuildPlan& plan, const Capt
   try {
     at::manual_seed(seed);
     const at::ScalarType dt = ToScalarType(profile.dtype);
-    const Weights W{dt};
+    const Weights W{dt, &rec};
     const int64_t B = profile.batch, H = s.hidden;
 
     if (s.kind == SpeechKind::kWav2Vec2) {
@@ -1274,7 +1274,7 @@ Status RunSpeech(const selection::Features& f, const BuildPlan& plan, const Capt
       Linear projector = MakeLinear(W, H, s.classifier_proj), classifier = MakeLinear(W, s.classifier_proj, s.labels);
       at::Tensor audio = at::randn({B, s.samples}).to(dt);
 
-      c10::InferenceMode guard;
+      c10::InferenceMode guard(!rec.training);
       rec.Start();
       at::Tensor x;
       {
@@ -1403,7 +1403,7 @@ Status RunSpeech(const selection::Features& f, const BuildPlan& plan, const Capt
     at::Tensor ids = decoder ? at::randint(0, s.vocab, {B, s.dec_tokens}, at::kLong) : at::Tensor();
     at::Tensor dec_position_ids = at::arange(s.dec_tokens, at::kLong).unsqueeze(0).repeat({B, 1});
 
-    c10::InferenceMode guard;
+    c10::InferenceMode guard(!rec.training);
     rec.Start();
     at::Tensor x;
     {
