@@ -644,6 +644,62 @@ Status Registry::RecordResult(const ResultRecord& r) {
   return stmt.Run().WithContext("recording result of case " + std::to_string(r.case_id) + " in run " + r.run_id);
 }
 
+Status Registry::RecordModelStage(const std::string& run_id, const std::string& model_id, const std::string& profile,
+                                  const std::string& stage, const std::vector<ModelResultRecord>& items) {
+  return InTransaction(*db_, [&]() -> Status {
+    COV_ASSIGN_OR_RETURN(auto del, db_->Prepare(
+        "DELETE FROM model_results WHERE run_id = ?1 AND model_id = ?2 AND profile = ?3 AND stage = ?4"));
+    del.Bind(1, run_id).Bind(2, model_id).Bind(3, profile).Bind(4, stage);
+    COV_RETURN_IF_ERROR(del.Run());
+    COV_ASSIGN_OR_RETURN(auto ins, db_->Prepare(
+        "INSERT INTO model_results(run_id, model_id, profile, stage, item, outcome, error, blocked_by, family, "
+        "max_abs_err, max_rel_err, cosine, error_ratio, seconds, detail_json) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"));
+    for (const ModelResultRecord& r : items) {
+      COV_RETURN_IF_ERROR(ins.Reset());
+      ins.Bind(1, run_id).Bind(2, model_id).Bind(3, profile).Bind(4, stage).Bind(5, r.item);
+      ins.Bind(6, OutcomeName(r.outcome)).Bind(7, r.error).Bind(8, r.blocked_by).Bind(9, r.family);
+      ins.Bind(10, r.max_abs_err).Bind(11, r.max_rel_err).Bind(12, r.cosine).Bind(13, r.error_ratio);
+      ins.Bind(14, r.seconds).Bind(15, r.detail_json);
+      COV_RETURN_IF_ERROR(ins.Run());
+    }
+    return Status::Ok();
+  }).WithContext("recording the " + stage + " stage of " + model_id + " (" + profile + ") in run " + run_id);
+}
+
+Result<std::vector<ModelResultRecord>> Registry::ModelResultsForRun(const std::string& run_id) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT model_id, profile, stage, item, outcome, error, blocked_by, family, max_abs_err, max_rel_err, cosine, "
+      "error_ratio, seconds, detail_json FROM model_results WHERE run_id = ?1 ORDER BY model_id, profile, "
+      "CASE stage WHEN 'module' THEN 0 WHEN 'model' THEN 1 ELSE 2 END, item"));
+  stmt.Bind(1, run_id);
+  std::vector<ModelResultRecord> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    ModelResultRecord r;
+    r.run_id = run_id;
+    r.model_id = stmt.Text(0);
+    r.profile = stmt.Text(1);
+    r.stage = stmt.Text(2);
+    r.item = stmt.Text(3);
+    auto outcome = OutcomeFromName(stmt.Text(4));
+    if (!outcome) return Status::Corruption("run " + run_id + ": unknown outcome '" + stmt.Text(4) + "'");
+    r.outcome = *outcome;
+    r.error = stmt.Text(5);
+    r.blocked_by = stmt.Text(6);
+    r.family = stmt.Text(7);
+    r.max_abs_err = stmt.OptionalDouble(8);
+    r.max_rel_err = stmt.OptionalDouble(9);
+    r.cosine = stmt.OptionalDouble(10);
+    r.error_ratio = stmt.OptionalDouble(11);
+    r.seconds = stmt.Double(12);
+    r.detail_json = stmt.Text(13);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 Result<std::vector<ResultRecord>> Registry::ResultsForRun(const std::string& run_id) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
       "SELECT case_id, outcome, error, max_abs_err, max_rel_err, mismatch_frac, cosine, error_ratio, "

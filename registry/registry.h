@@ -181,6 +181,22 @@ struct BuildRecord {
   double seconds = 0;
 };
 
+// One result of a model-level stage (table model_results).
+struct ModelResultRecord {
+  std::string run_id;
+  std::string model_id;
+  std::string profile;
+  std::string stage;  // module, model, train
+  std::string item;   // module kind, "forward", "train", or "*" when the whole stage was skipped
+  Outcome outcome = Outcome::kPass;
+  std::string error;
+  std::string blocked_by;  // "<stage>:<item>" when the gate skipped it
+  std::string family;
+  std::optional<double> max_abs_err, max_rel_err, cosine, error_ratio;
+  double seconds = 0;
+  std::string detail_json = "{}";
+};
+
 // A representative of a selection, with what the builder needs.
 struct SelectedModel {
   int rank = 0;
@@ -268,6 +284,12 @@ class Registry {
   Result<std::optional<BuildRecord>> GetBuild(const std::string& model_id, const std::string& profile);
   Status RecordBuild(const BuildRecord& build);
   Status DeleteBuild(const std::string& model_id, const std::string& profile);
+
+  // Replaces the results of (run, model, profile, stage) with `items`, in one
+  // transaction: a stage of a model is stored whole or not at all.
+  Status RecordModelStage(const std::string& run_id, const std::string& model_id, const std::string& profile,
+                          const std::string& stage, const std::vector<ModelResultRecord>& items);
+  Result<std::vector<ModelResultRecord>> ModelResultsForRun(const std::string& run_id);
 
   Result<std::vector<StoredCase>> FindCases(const CaseFilter& filter);
   Result<std::optional<StoredCase>> GetCaseByKey(const std::string& key);

@@ -273,6 +273,43 @@ CREATE VIEW v_build_failures AS
   GROUP BY b.status, b.reason ORDER BY models DESC;
 )sql";
 
+// Version 5: results of the model-level stages (module, model, train), one
+// row per (run, model, profile, stage, item).
+constexpr std::string_view kV5 = R"sql(
+CREATE TABLE model_results (
+  run_id       TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  model_id     TEXT NOT NULL,
+  profile      TEXT NOT NULL,
+  stage        TEXT NOT NULL CHECK (stage IN ('module', 'model', 'train')),
+  item         TEXT NOT NULL,   -- module kind ("attention", ...), "forward", "train", or "*" for the whole stage
+  outcome      TEXT NOT NULL,
+  error        TEXT,            -- why not a pass; for skipped: the cost cap or what blocked it
+  blocked_by   TEXT,            -- gate: "<stage>:<item>" that failed earlier, when skipped for it
+  family       TEXT,
+  max_abs_err  REAL,
+  max_rel_err  REAL,
+  cosine       REAL,
+  error_ratio  REAL,
+  seconds      REAL,
+  detail_json  TEXT,
+  recorded_at  TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  PRIMARY KEY (run_id, model_id, profile, stage, item)
+);
+CREATE INDEX model_results_outcome ON model_results(run_id, stage, outcome);
+
+-- Per run and stage: how many models passed, failed, were skipped or blocked.
+CREATE VIEW v_model_stage_outcomes AS
+  SELECT run_id, stage, outcome, COUNT(DISTINCT model_id || '/' || profile) AS models, COUNT(*) AS items
+  FROM model_results GROUP BY run_id, stage, outcome ORDER BY run_id, stage, models DESC;
+
+-- Failing items, with the module kind or check that failed.
+CREATE VIEW v_model_failures AS
+  SELECT r.run_id, r.stage, r.model_id, r.profile, r.item, r.outcome, r.error, r.family
+  FROM model_results r
+  WHERE r.outcome NOT IN ('pass', 'skipped', 'expected_failure')
+  ORDER BY r.run_id, r.stage, r.model_id;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -281,6 +318,7 @@ const std::vector<Migration>& Migrations() {
       {2, "Hub metadata of models, config status, crawl progress and rejects", kV2},
       {3, "features of model configs, selections of representatives", kV3},
       {4, "what the model builder built, per model and profile", kV4},
+      {5, "results of the module, model and train stages", kV5},
   };
   return kMigrations;
 }

@@ -416,6 +416,13 @@ Result<std::vector<CaptureProfile>> ParseCaptureProfiles(const json& doc) {
     auto dt = DTypeFromName(j.value("dtype", std::string("f32")));
     if (!dt || !IsFloatingDType(*dt)) return Status::InvalidArgument(where + " (" + p.name + "): 'dtype' must be f32, f64, f16 or bf16");
     p.dtype = *dt;
+    if (j.contains("training") && !j["training"].is_boolean()) {
+      return Status::InvalidArgument(where + " (" + p.name + "): 'training' must be true or false");
+    }
+    p.training = j.value("training", false);
+    if (p.training && p.past_len > 0) {
+      return Status::InvalidArgument(where + " (" + p.name + "): a training profile has no KV cache ('past_len' must be 0)");
+    }
     out.push_back(std::move(p));
   }
   return out;

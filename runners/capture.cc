@@ -28,8 +28,10 @@ struct OpRecorder::State {
     OpCase op_case;
     std::string parent;
     int depth = 0;
+    bool is_op = false;  // an operator call, not a named range such as the autograd engine's
   };
   std::vector<Frame> frames;
+  int op_frames = 0;  // frames that are operator calls: the depth of the next call
   at::CallbackHandle handle = 0;
   bool recording = false;
 };
@@ -242,8 +244,17 @@ std::unique_ptr<at::ObserverContext> OnStart(const at::RecordFunction& fn) {
   OpRecorder::State::Frame frame;
   auto name = fn.operator_name();
   frame.op = name ? name->name : fn.name();
-  frame.depth = static_cast<int>(s->frames.size());
-  frame.parent = s->frames.empty() ? "" : s->frames.back().op;
+  // Named ranges ("autograd::engine::evaluate_function: GeluBackward0")
+  // do not nest: the ops the autograd engine calls are top-level calls.
+  frame.is_op = name.has_value();
+  frame.depth = s->op_frames;
+  for (auto it = s->frames.rbegin(); it != s->frames.rend(); ++it) {
+    if (it->is_op) {
+      frame.parent = it->op;
+      break;
+    }
+  }
+  if (frame.is_op) ++s->op_frames;
   if (name && frame.depth <= s->options.max_depth) {
     auto handle = c10::Dispatcher::singleton().findSchema(*name);
     if (!handle) {
@@ -277,6 +288,7 @@ void OnEnd(const at::RecordFunction& fn, at::ObserverContext*) {
   if (!s || s->frames.empty()) return;
   OpRecorder::State::Frame frame = std::move(s->frames.back());
   s->frames.pop_back();
+  if (frame.is_op) --s->op_frames;
   if (!frame.keep) return;
   at::RecordFunctionGuard no_recording(/*is_enabled=*/false);
   std::vector<TensorSpec> outputs;
@@ -324,6 +336,7 @@ void OpRecorder::Stop() {
   at::removeCallback(state_->handle);
   state_->recording = false;
   state_->frames.clear();
+  state_->op_frames = 0;
   if (tls_state == state_.get()) tls_state = nullptr;
 }
 

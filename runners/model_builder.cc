@@ -2,6 +2,8 @@
 
 #include "runners/model_builder_internal.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 namespace coverage::runners {
 
 BuildPlan PlanModel(const selection::Features& f, const nlohmann::json& config, const CaptureProfile& profile,
@@ -34,10 +36,49 @@ BuildPlan PlanModel(const selection::Features& f, const nlohmann::json& config, 
 Status RunModel(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, OpRecorder& recorder,
                 uint64_t seed) {
   ModelSession session(&recorder);
-  return builder::RunInSession(f, plan, profile, session, seed);
+  session.training = profile.training;
+  COV_RETURN_IF_ERROR(builder::RunInSession(f, plan, profile, session, seed));
+  if (!profile.training) return Status::Ok();
+  // A training step's loss and backward pass, recorded too.
+  try {
+    const at::Tensor out = session.output();
+    if (!out.defined() || !out.requires_grad()) return Status::Internal("the model's output has no gradient");
+    const builder::TrainingTarget target = builder::MakeTrainingTarget(f, out, seed);
+    recorder.Start();
+    recorder.SetModulePath("loss");
+    const at::Tensor loss = builder::TrainingLoss(out, target);
+    recorder.SetModulePath("backward");
+    loss.backward();
+    recorder.Stop();
+  } catch (const std::exception& e) {
+    recorder.Stop();
+    return Status::Internal(std::string("the backward pass failed: ") + e.what());
+  }
+  return Status::Ok();
 }
 
 namespace builder {
+
+bool IsLogits(const selection::Features& f, const at::Tensor& out) {
+  return f.vocab > 1 && out.defined() && out.dim() >= 2 && out.size(-1) == f.vocab;
+}
+
+TrainingTarget MakeTrainingTarget(const selection::Features& f, const at::Tensor& output, uint64_t seed) {
+  TrainingTarget t;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 17);
+  if (IsLogits(f, output)) {
+    t.labels = at::randint(0, output.size(-1), {output.numel() / output.size(-1)}, gen, at::TensorOptions(at::kLong));
+  } else {
+    t.target = at::randn(output.sizes(), gen);
+  }
+  return t;
+}
+
+at::Tensor TrainingLoss(const at::Tensor& output, const TrainingTarget& t) {
+  const at::Tensor out = output.to(at::kFloat);
+  return t.labels.defined() ? at::cross_entropy_loss(out.reshape({-1, out.size(-1)}), t.labels)
+                            : at::mse_loss(out, t.target);
+}
 
 Status RunInSession(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
                     ModelSession& rec, uint64_t seed) {

@@ -147,6 +147,17 @@ COVERAGE_BUILDER_FAMILY(Conv)            // model_vision.cc: structure "conv" (R
 COVERAGE_BUILDER_FAMILY(Speech)          // model_vision.cc: structure "speech" (wav2vec2, Whisper)
 #undef COVERAGE_BUILDER_FAMILY
 
+// Training: the loss on a model's output is cross-entropy against fixed
+// random labels for language-model logits (last dimension = vocabulary),
+// else MSE against a fixed random target; both drawn from `seed` on the CPU.
+struct TrainingTarget {
+  at::Tensor labels;  // logits: [positions]
+  at::Tensor target;  // otherwise: the output's shape, fp32
+};
+bool IsLogits(const selection::Features& f, const at::Tensor& output);
+TrainingTarget MakeTrainingTarget(const selection::Features& f, const at::Tensor& output, uint64_t seed);
+at::Tensor TrainingLoss(const at::Tensor& output, const TrainingTarget& target);
+
 // Runs a buildable plan in `session` (RunModel with a session of its own).
 Status RunInSession(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
                     ModelSession& session, uint64_t seed);

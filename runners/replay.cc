@@ -46,21 +46,6 @@ bool ValuesMeaningful(const OpCase& c) {
   return true;
 }
 
-bool LooksUnsupported(std::string_view msg) {
-  return msg.find("Could not run") != std::string_view::npos ||
-         msg.find("not implemented for") != std::string_view::npos ||
-         msg.find("NotImplementedError") != std::string_view::npos ||
-         msg.find("is not supported") != std::string_view::npos;
-}
-
-std::string FirstLine(std::string_view msg, size_t max_len = 2000) {
-  // c10::Error messages carry a C++ backtrace after the first lines.
-  std::string s(msg.substr(0, max_len));
-  auto pos = s.find("\nException raised from");
-  if (pos != std::string::npos) s.resize(pos);
-  return s;
-}
-
 void Flatten(const c10::IValue& v, std::vector<c10::IValue>* out) {
   if (v.isTensor() || v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble()) {
     out->push_back(v);
@@ -115,6 +100,21 @@ bool HasFloatingTensor(const OpCase& c) {
 }
 
 }  // namespace
+
+bool LooksUnsupported(std::string_view msg) {
+  return msg.find("Could not run") != std::string_view::npos ||
+         msg.find("not implemented for") != std::string_view::npos ||
+         msg.find("NotImplementedError") != std::string_view::npos ||
+         msg.find("is not supported") != std::string_view::npos;
+}
+
+std::string FirstLine(std::string_view msg, size_t max_len) {
+  // c10::Error messages carry a C++ backtrace after the first lines.
+  std::string s(msg.substr(0, max_len));
+  auto pos = s.find("\nException raised from");
+  if (pos != std::string::npos) s.resize(pos);
+  return s;
+}
 
 bool HasSchema(const OpCase& op_case) {
   return c10::Dispatcher::singleton().findSchema({op_case.op, op_case.overload}).has_value();

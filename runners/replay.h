@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "core/case_result.h"
 #include "core/op_case.h"
@@ -62,6 +64,11 @@ class ReplayExecutor final : public CaseExecutor {
   ReplayOptions options_;
   std::unique_ptr<InputCache> cache_;
 };
+
+// True when a backend's error message says it has no kernel for the op.
+bool LooksUnsupported(std::string_view msg);
+// An error message without the C++ backtrace c10::Error appends, at most max_len bytes.
+std::string FirstLine(std::string_view msg, size_t max_len = 2000);
 
 // True when ATen has a schema for the case's op and overload in this build.
 bool HasSchema(const OpCase& op_case);

@@ -1,0 +1,437 @@
+#include "runners/model_check.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "runners/backend.h"
+#include "runners/compare.h"
+#include "runners/dtype_map.h"
+#include "runners/model_builder_internal.h"
+#include "runners/model_session.h"
+
+namespace coverage::runners {
+
+// Note [Model verdicts]
+// ~~~~~~~~~~~~~~~~~~~~~
+// module, model: the backend's output is judged like a unit-stage output
+// (Note [Tolerances]: the dtype's assert_close tolerance, or at most the
+// multiplier times the CPU's own error against an fp64 golden run of the same
+// model, weights rounded to the profile's dtype first), and in addition
+//   - the cosine similarity of the flattened outputs must reach min_cosine
+//     (0.99): a backend can be "as inexact as the CPU" element-wise on a
+//     handful of values and still have turned the output around;
+//   - for language-model logits, the backend's top-1 token must be among
+//     the reference's top-k (5) at min_topk_agreement (99%) of positions.
+//     Random weights make near-ties common, so exact top-1 agreement
+//     (reported) would fail correct backends.
+// Per-check tolerance overrides use the op names "module::<kind>" and
+// "model::forward" in configs/tolerances.json.
+//
+// train: N steps of forward, loss (cross-entropy against fixed random labels
+// for logits, else MSE against a fixed random target), backward and AdamW,
+// all on the backend. Judged per step: the loss, and every parameter's
+// gradient norm, within a relative tolerance of the reference's; after the
+// last step the parameters' distance from the reference's, relative to how
+// far the reference's moved. Gradient norms carry the check: Adam's update
+// is nearly invariant to a gradient's scale, so a wrong gradient can leave
+// the parameters close while its norm is off.
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+Status RunOnce(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, ModelSession& session,
+               DispatchRoute& route, uint64_t seed) {
+  route.session = &session;
+  session.route = &route;
+  return builder::RunInSession(f, plan, profile, session, seed);
+}
+
+void Fail(ModelCheckItem& item, Outcome outcome, const std::string& why) {
+  if (item.outcome == Outcome::kPass) item.outcome = outcome;
+  item.error += (item.error.empty() ? "" : "; ") + why;
+}
+
+void BackendFailed(ModelCheckItem& item, const Status& status) {
+  const std::string msg = FirstLine(status.message());
+  Fail(item, LooksUnsupported(msg) ? Outcome::kUnsupported : Outcome::kError, msg);
+}
+
+void ReferenceFailed(ModelCheckItem& item, const Status& status) {
+  item.outcome = Outcome::kSkipped;
+  item.error = "the CPU reference cannot run this model: " + FirstLine(status.message());
+}
+
+nlohmann::json OpCounts(const DispatchRoute& route) {
+  nlohmann::json ops = nlohmann::json::object();
+  for (const auto& [op, n] : route.op_counts) ops[op] = n;
+  return ops;
+}
+
+DType DTypeOf(const at::Tensor& t) {
+  auto d = ToDType(t.scalar_type());
+  return d ? *d : DType::kFloat32;
+}
+
+// Judges `backend` against `reference` (and `golden`, when defined).
+void Judge(ModelCheckItem& item, const at::Tensor& backend, const at::Tensor& reference, const at::Tensor& golden,
+           const std::string& check, const ModelCheckOptions& options) {
+  const DType dtype = DTypeOf(reference);
+  const auto sep = check.find("::");
+  const std::string op = check.substr(0, sep), overload = check.substr(sep + 2);
+  const TensorComparison c = CompareTensors(backend, reference, golden, options.comparison.For(op, overload, dtype),
+                                            options.comparison.MultiplierFor(op, overload, dtype), true);
+  item.outcome = Outcome::kPass;
+  item.error.clear();
+  item.max_abs_err = c.max_abs_err;
+  item.max_rel_err = c.max_rel_err;
+  item.cosine = c.cosine;
+  item.error_ratio = c.error_ratio;
+  item.detail["elements"] = c.elements;
+  item.detail["mismatched"] = c.mismatched;
+  if (c.outcome != Outcome::kPass) Fail(item, c.outcome, c.message);
+  if (c.values_compared && c.outcome != Outcome::kShapeMismatch && c.outcome != Outcome::kDtypeMismatch &&
+      c.cosine < options.min_cosine) {
+    Fail(item, Outcome::kMismatch, fmt::format("cosine similarity {:.6f} below {}", c.cosine, options.min_cosine));
+  }
+}
+
+bool NeedsGolden(const ModelCheckItem& item, const ModelCheckOptions& options) {
+  if (options.golden == GoldenMode::kAlways) return true;
+  return options.golden == GoldenMode::kWhenNeeded && item.outcome == Outcome::kMismatch;
+}
+
+CaptureProfile GoldenProfile(const CaptureProfile& profile) {
+  CaptureProfile g = profile;
+  g.dtype = DType::kFloat64;
+  return g;
+}
+
+void TopK(ModelCheckItem& item, const at::Tensor& backend, const at::Tensor& reference,
+          const ModelCheckOptions& options) {
+  const int64_t V = reference.size(-1);
+  const at::Tensor r = reference.reshape({-1, V}).to(at::kFloat);
+  const at::Tensor b = backend.to(c10::kCPU).reshape({-1, V}).to(at::kFloat);
+  const int64_t k = std::min<int64_t>(std::max<int64_t>(1, options.top_k), V);
+  const at::Tensor ref_top = std::get<1>(r.topk(k, -1));
+  const at::Tensor top1 = b.argmax(-1, /*keepdim=*/true);
+  const double agreement = (ref_top == top1).any(-1).to(at::kDouble).mean().item<double>();
+  const double exact = (r.argmax(-1) == b.argmax(-1)).to(at::kDouble).mean().item<double>();
+  item.detail["top_k"] = k;
+  item.detail["topk_agreement"] = agreement;
+  item.detail["top1_agreement"] = exact;
+  if (agreement < options.min_topk_agreement) {
+    Fail(item, Outcome::kMismatch,
+         fmt::format("the backend's top-1 token is in the reference's top-{} at {:.1f}% of positions (needs {:.1f}%)",
+                     k, 100 * agreement, 100 * options.min_topk_agreement));
+  }
+}
+
+}  // namespace
+
+std::vector<ModelCheckItem> CheckModules(const selection::Features& f, const BuildPlan& plan,
+                                         const CaptureProfile& profile, Backend& backend,
+                                         const ModelCheckOptions& options) {
+  std::vector<ModelCheckItem> items;
+  auto first_of_each_kind = [](std::set<std::string>& seen) {
+    return [&seen](const std::string& path) {
+      const std::string kind = ModuleKindOf(path);
+      return kind != "other" && seen.insert(kind).second;
+    };
+  };
+  const auto start = Clock::now();
+  std::set<std::string> seen;
+  ModelSession ref;
+  DispatchRoute ref_route;
+  ref.watch = first_of_each_kind(seen);
+  if (Status s = RunOnce(f, plan, profile, ref, ref_route, options.seed); !s.ok()) {
+    ModelCheckItem item;
+    item.item = "reference";
+    ReferenceFailed(item, s);
+    item.seconds = Since(start);
+    return {item};
+  }
+  const double reference_seconds = Since(start);
+
+  std::optional<std::map<std::string, at::Tensor>> golden;  // by module path, made when first needed
+  auto golden_of = [&](const std::string& path) -> at::Tensor {
+    if (!golden) {
+      golden.emplace();
+      std::set<std::string> golden_seen;
+      ModelSession g;
+      DispatchRoute g_route;
+      g.weight_rounding = ToScalarType(profile.dtype);
+      g.watch = first_of_each_kind(golden_seen);
+      if (RunOnce(f, plan, GoldenProfile(profile), g, g_route, options.seed).ok()) {
+        for (const auto& [p, t] : g.watched()) (*golden)[p] = t;
+      }
+    }
+    auto it = golden->find(path);
+    return it == golden->end() ? at::Tensor() : it->second;
+  };
+
+  for (const auto& [path, ref_out] : ref.watched()) {
+    const auto t0 = Clock::now();
+    ModelCheckItem item;
+    item.item = ModuleKindOf(path);
+    item.detail["module"] = path;
+    ModelSession s;
+    DispatchRoute route;
+    route.backend = &backend;
+    route.routed = [p = path](const std::string& m) { return m == p || m.rfind(p + ".", 0) == 0; };
+    s.watch = [p = path](const std::string& m) { return m == p; };
+    s.stop_when_watched = true;
+    const Status st = RunOnce(f, plan, profile, s, route, options.seed);
+    item.detail["routed_ops"] = route.routed_ops;
+    item.detail["ops"] = OpCounts(route);
+    if (!st.ok()) {
+      BackendFailed(item, st);
+    } else if (s.watched().empty() || route.routed_ops == 0) {
+      Fail(item, Outcome::kError, "module " + path + " ran no op on the backend");
+    } else {
+      const at::Tensor& out = s.watched().front().second;
+      const std::string check = "module::" + item.item;
+      Judge(item, out, ref_out, at::Tensor(), check, options);
+      if (NeedsGolden(item, options)) {
+        if (at::Tensor g = golden_of(path); g.defined()) Judge(item, out, ref_out, g, check, options);
+      }
+    }
+    item.seconds = Since(t0) + reference_seconds / double(std::max<size_t>(1, ref.watched().size()));
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+ModelCheckItem CheckForward(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
+                            Backend& backend, const ModelCheckOptions& options) {
+  const auto start = Clock::now();
+  ModelCheckItem item;
+  item.item = "forward";
+  ModelSession ref;
+  DispatchRoute ref_route;
+  if (Status s = RunOnce(f, plan, profile, ref, ref_route, options.seed); !s.ok()) {
+    ReferenceFailed(item, s);
+    item.seconds = Since(start);
+    return item;
+  }
+  ModelSession s;
+  DispatchRoute route;
+  route.backend = &backend;
+  s.device = backend.device();
+  const Status st = RunOnce(f, plan, profile, s, route, options.seed);
+  item.detail["routed_ops"] = route.routed_ops;
+  item.detail["ops"] = OpCounts(route);
+  if (!st.ok()) {
+    BackendFailed(item, st);
+  } else if (!s.output().defined() || !ref.output().defined()) {
+    Fail(item, Outcome::kError, "the model produced no output");
+  } else {
+    const at::Tensor out = s.output().detach().to(c10::kCPU);
+    const at::Tensor expected = ref.output().detach();
+    item.detail["output_shape"] = expected.sizes().vec();
+    Judge(item, out, expected, at::Tensor(), "model::forward", options);
+    if (NeedsGolden(item, options)) {
+      ModelSession g;
+      DispatchRoute g_route;
+      g.weight_rounding = ToScalarType(profile.dtype);
+      if (RunOnce(f, plan, GoldenProfile(profile), g, g_route, options.seed).ok() && g.output().defined()) {
+        Judge(item, out, expected, g.output().detach(), "model::forward", options);
+      }
+    }
+    if (builder::IsLogits(f, expected) && out.sizes() == expected.sizes()) TopK(item, out, expected, options);
+  }
+  item.seconds = Since(start);
+  return item;
+}
+
+namespace {
+
+struct TrainTrace {
+  Status status = Status::Ok();
+  bool reference_failed = false;
+  std::vector<double> losses;
+  std::vector<std::vector<double>> grad_norms;  // [step][weight]
+  std::vector<at::Tensor> initial, final_weights;
+  std::vector<std::vector<int64_t>> shapes;
+  int64_t routed_ops = 0;
+  nlohmann::json ops = nlohmann::json::object();
+};
+
+TrainTrace Train(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile, Backend* backend,
+                 const ModelCheckOptions& options) {
+  TrainTrace trace;
+  ModelSession s;
+  s.training = true;
+  if (backend) s.device = backend->device();
+  DispatchRoute route;
+  route.backend = backend;
+  std::vector<at::Tensor> exp_avg, exp_avg_sq;
+  builder::TrainingTarget target;
+  for (int step = 0; step < options.train_steps; ++step) {
+    if (Status st = RunOnce(f, plan, profile, s, route, options.seed); !st.ok()) {
+      trace.status = st;
+      return trace;
+    }
+    const std::vector<at::Tensor>& weights = s.weights();
+    if (step == 0) {
+      for (const at::Tensor& w : weights) {
+        trace.initial.push_back(w.detach().to(c10::kCPU).clone());
+        trace.shapes.push_back(w.sizes().vec());
+      }
+      // The fixed batch's targets, made on the CPU before anything is routed.
+      const at::Tensor out = s.output();
+      if (!out.defined()) {
+        trace.status = Status::Internal("the model produced no output");
+        return trace;
+      }
+      target = builder::MakeTrainingTarget(f, out, options.seed);
+    }
+    try {
+      DispatchRouteScope scope(&route);
+      const at::Tensor loss = builder::TrainingLoss(s.output(), target);
+      loss.backward();
+      trace.losses.push_back(loss.item<double>());
+      at::NoGradGuard no_grad;
+      // torch.optim.AdamW (single tensor, no amsgrad), step = step + 1.
+      const double t = step + 1;
+      const double bias1 = 1 - std::pow(options.beta1, t), bias2 = 1 - std::pow(options.beta2, t);
+      if (exp_avg.empty()) {
+        for (const at::Tensor& w : weights) {
+          exp_avg.push_back(at::zeros_like(w));
+          exp_avg_sq.push_back(at::zeros_like(w));
+        }
+      }
+      for (size_t i = 0; i < weights.size(); ++i) {
+        at::Tensor w = weights[i];
+        const at::Tensor& g = w.grad();
+        if (!g.defined()) continue;
+        w.mul_(1 - options.learning_rate * options.weight_decay);
+        exp_avg[i].mul_(options.beta1).add_(g, 1 - options.beta1);
+        exp_avg_sq[i].mul_(options.beta2).addcmul_(g, g, 1 - options.beta2);
+        const at::Tensor denom = (exp_avg_sq[i].sqrt() / std::sqrt(bias2)).add_(options.eps);
+        w.addcdiv_(exp_avg[i], denom, -options.learning_rate / bias1);
+      }
+    } catch (const std::exception& e) {
+      trace.status = Status::Internal(FirstLine(e.what()));
+      return trace;
+    }
+    std::vector<double> norms;
+    for (const at::Tensor& w : weights) {
+      const at::Tensor& g = w.grad();
+      norms.push_back(g.defined() ? g.detach().to(c10::kCPU).to(at::kDouble).norm().item<double>() : 0.0);
+      if (g.defined()) const_cast<at::Tensor&>(w).mutable_grad() = at::Tensor();
+    }
+    trace.grad_norms.push_back(std::move(norms));
+  }
+  for (const at::Tensor& w : s.weights()) trace.final_weights.push_back(w.detach().to(c10::kCPU).clone());
+  trace.routed_ops = route.routed_ops;
+  trace.ops = OpCounts(route);
+  return trace;
+}
+
+double Relative(double backend, double reference) {
+  return std::abs(backend - reference) / std::max(std::abs(reference), 1e-12);
+}
+
+}  // namespace
+
+ModelCheckItem CheckTraining(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
+                             Backend& backend, const ModelCheckOptions& options) {
+  const auto start = Clock::now();
+  ModelCheckItem item;
+  item.item = "train";
+  const TrainTrace ref = Train(f, plan, profile, nullptr, options);
+  if (!ref.status.ok()) {
+    ReferenceFailed(item, ref.status);
+    item.seconds = Since(start);
+    return item;
+  }
+  const TrainTrace got = Train(f, plan, profile, &backend, options);
+  item.detail["steps"] = options.train_steps;
+  item.detail["weights"] = ref.initial.size();
+  item.detail["routed_ops"] = got.routed_ops;
+  item.detail["ops"] = got.ops;
+  item.detail["losses_reference"] = ref.losses;
+  item.detail["losses_backend"] = got.losses;
+  if (!got.status.ok()) {
+    BackendFailed(item, got.status);
+    item.seconds = Since(start);
+    return item;
+  }
+  const bool narrow = profile.dtype == DType::kBFloat16 || profile.dtype == DType::kFloat16;
+  const double scale = narrow ? 10.0 : 1.0;
+  // Losses.
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    const double r = ref.losses[i], b = got.losses[i];
+    if (std::isfinite(r) && !std::isfinite(b)) {
+      Fail(item, Outcome::kNonFiniteMismatch, fmt::format("step {}: loss {} where the reference has {}", i, b, r));
+      break;
+    }
+    if (Relative(b, r) > options.loss_rtol * scale) {
+      Fail(item, Outcome::kMismatch, fmt::format("step {}: loss {:.6g} vs reference {:.6g}", i, b, r));
+      break;
+    }
+  }
+  // Gradient norms: the worst parameter over all steps.
+  double worst = 0;
+  nlohmann::json worst_at = nullptr;
+  nlohmann::json total_ref = nlohmann::json::array(), total_got = nlohmann::json::array();
+  for (size_t step = 0; step < ref.grad_norms.size(); ++step) {
+    double tr = 0, tg = 0;
+    for (size_t w = 0; w < ref.grad_norms[step].size(); ++w) {
+      const double r = ref.grad_norms[step][w], b = got.grad_norms[step][w];
+      tr += r * r;
+      tg += b * b;
+      const double rel = !std::isfinite(b) ? INFINITY : r > 1e-30 ? Relative(b, r) : std::abs(b) > 1e-30 ? INFINITY : 0;
+      if (rel > worst) {
+        worst = rel;
+        worst_at = {{"step", step}, {"weight", w}, {"shape", ref.shapes[w]}, {"reference", r}, {"backend", b}};
+      }
+    }
+    total_ref.push_back(std::sqrt(tr));
+    total_got.push_back(std::sqrt(tg));
+  }
+  item.detail["grad_norm_reference"] = total_ref;
+  item.detail["grad_norm_backend"] = total_got;
+  item.detail["worst_grad_norm_rel_err"] = worst;
+  item.detail["worst_grad"] = worst_at;
+  if (worst > options.grad_norm_rtol * scale) {
+    Fail(item, std::isfinite(worst) ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
+         fmt::format("gradient norm of weight {} {} at step {} is {:.6g}, reference {:.6g}",
+                     worst_at["weight"].get<int64_t>(), worst_at["shape"].dump(), worst_at["step"].get<int64_t>(),
+                     worst_at["backend"].get<double>(), worst_at["reference"].get<double>()));
+  }
+  // Parameters after the last step, relative to the reference's update.
+  double diff2 = 0, update2 = 0, dot = 0, got2 = 0, max_abs = 0;
+  for (size_t w = 0; w < ref.final_weights.size(); ++w) {
+    const at::Tensor r = ref.final_weights[w].to(at::kDouble), b = got.final_weights[w].to(at::kDouble);
+    const at::Tensor r_up = r - ref.initial[w].to(at::kDouble), b_up = b - got.initial[w].to(at::kDouble);
+    diff2 += (b - r).pow(2).sum().item<double>();
+    update2 += r_up.pow(2).sum().item<double>();
+    got2 += b_up.pow(2).sum().item<double>();
+    dot += (r_up * b_up).sum().item<double>();
+    max_abs = std::max(max_abs, (b - r).abs().max().item<double>());
+  }
+  const double param_rel = update2 > 0 ? std::sqrt(diff2 / update2) : (diff2 > 0 ? INFINITY : 0.0);
+  item.max_abs_err = max_abs;
+  item.max_rel_err = param_rel;
+  item.cosine = update2 > 0 && got2 > 0 ? dot / std::sqrt(update2 * got2) : 1.0;
+  item.detail["param_update_rel_diff"] = std::isfinite(param_rel) ? nlohmann::json(param_rel) : nlohmann::json("inf");
+  if (!(param_rel <= options.param_update_rtol * scale)) {
+    Fail(item, std::isfinite(param_rel) ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
+         fmt::format("parameters after {} steps differ from the reference's by {:.3g} of its update",
+                     options.train_steps, param_rel));
+  }
+  item.seconds = Since(start);
+  return item;
+}
+
+}  // namespace coverage::runners
