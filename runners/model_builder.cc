@@ -22,6 +22,10 @@ BuildPlan PlanModel(const selection::Features& f, const nlohmann::json& config, 
     plan = builder::PlanConv(f, config, profile, options);
   } else if (s == "speech") {
     plan = builder::PlanSpeech(f, config, profile, options);
+  } else if (s == "hybrid") {
+    plan = builder::PlanHybrid(f, config, profile, options);
+  } else if (s == "ssm") {
+    plan = builder::PlanSsm(f, config, profile, options);
   } else {
     plan.reason = "the " + (s.empty() ? std::string("unknown") : s) + " structure is not built yet";
   }
@@ -92,6 +96,8 @@ Status RunInSession(const selection::Features& f, const BuildPlan& plan, const C
   if (family == "vision") status = RunVision(f, plan, profile, rec, seed);
   if (family == "conv") status = RunConv(f, plan, profile, rec, seed);
   if (family == "speech") status = RunSpeech(f, plan, profile, rec, seed);
+  if (family == "hybrid") status = RunHybrid(f, plan, profile, rec, seed);
+  if (family == "ssm") status = RunSsm(f, plan, profile, rec, seed);
   // A session that stopped on purpose (it had what it watched for) succeeded.
   return rec.stopped() ? Status::Ok() : status;
 }

@@ -145,6 +145,8 @@ COVERAGE_BUILDER_FAMILY(EncoderDecoder)  // model_encoder.cc: structure "encoder
 COVERAGE_BUILDER_FAMILY(Vision)          // model_vision.cc: structure "vision" (ViT-style towers)
 COVERAGE_BUILDER_FAMILY(Conv)            // model_vision.cc: structure "conv" (ResNet, ConvNeXt)
 COVERAGE_BUILDER_FAMILY(Speech)          // model_vision.cc: structure "speech" (wav2vec2, Whisper)
+COVERAGE_BUILDER_FAMILY(Hybrid)          // model_hybrid.cc: structure "hybrid" (Nemotron-H, Qwen3-Next)
+COVERAGE_BUILDER_FAMILY(Ssm)             // model_hybrid.cc: structure "ssm" (RWKV-5)
 #undef COVERAGE_BUILDER_FAMILY
 
 // Training: the loss on a model's output is cross-entropy against fixed
