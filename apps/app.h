@@ -6,8 +6,10 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
+#include "runners/blocks.h"
 
 namespace CLI {
 class App;
@@ -54,6 +56,10 @@ void ApplyHostSettings(const GlobalOptions& global);
 
 // Prints "coverage: error: <message>" to stderr and returns kExitUsage.
 int ReportError(const Status& status);
+
+// Input profiles from a capture_profiles.json; `only` (names) keeps those,
+// in that order. Errors name the file and the profile.
+Result<std::vector<runners::CaptureProfile>> LoadProfiles(const std::string& path, const std::vector<std::string>& only);
 
 void AddCaptureCommand(CLI::App& app, GlobalOptions& global);
 void AddCrawlCommand(CLI::App& app, GlobalOptions& global);

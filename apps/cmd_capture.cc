@@ -50,26 +50,6 @@ Result<std::vector<runners::BlockModel>> LoadModels(const std::string& path, con
   return out;
 }
 
-Result<std::vector<runners::CaptureProfile>> LoadProfiles(const std::string& path, const std::vector<std::string>& only) {
-  COV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded()) return Status::InvalidArgument(path + ": not valid JSON");
-  auto all = runners::ParseCaptureProfiles(j);
-  if (!all) return all.error().WithContext(path);
-  if (only.empty()) return all;
-  std::vector<runners::CaptureProfile> out;
-  for (const auto& name : only) {
-    bool found = false;
-    for (const auto& p : *all) {
-      if (p.name == name) {
-        out.push_back(p);
-        found = true;
-      }
-    }
-    if (!found) return Status::InvalidArgument("--profile '" + name + "' is not in " + path);
-  }
-  return out;
-}
 
 int RunSelectionCaptureCommand(const GlobalOptions& global, const CaptureFlags& flags) {
   const std::string profiles_path =

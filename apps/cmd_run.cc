@@ -1,5 +1,9 @@
 // `coverage run --stage=unit`: replays registry cases on a backend.
+// `coverage run --stage=module,model,train`: runs representatives' modules,
+// forward passes and training steps on a backend (stages/model_stage.h).
+#include <algorithm>
 #include <cstdio>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -11,6 +15,7 @@
 #include "registry/registry.h"
 #include "runners/backends.h"
 #include "runners/replay.h"
+#include "stages/model_stage.h"
 #include "stages/unit_stage.h"
 
 namespace coverage::apps {
@@ -32,7 +37,38 @@ struct RunFlags {
   std::string tolerances;
   bool list_backends = false;
   int show_failures = 10;
+  // Model-level stages.
+  int64_t selection_id = 0;
+  std::string profiles;
+  int64_t max_layers = 2;
+  bool full_depth = false;
+  double max_gb = 8;
+  double max_model_flops = 1e12;
+  bool gate = false;
+  int train_steps = 3;
+  double learning_rate = 1e-3;
+  double min_cosine = 0.99;
+  int64_t top_k = 5;
+  double min_topk_agreement = 0.99;
 };
+
+// "unit", or a comma-separated list of module, model and train.
+Result<std::vector<std::string>> ParseStages(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string s;
+  while (std::getline(in, s, ',')) {
+    if (s == "unit" && text != "unit") {
+      return Status::InvalidArgument("--stage: unit runs alone (its results are per op case); got '" + text + "'");
+    }
+    if (s != "unit" && s != "module" && s != "model" && s != "train") {
+      return Status::InvalidArgument("--stage: '" + s + "' is not a stage (unit, module, model, train)");
+    }
+    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  }
+  if (out.empty()) return Status::InvalidArgument("--stage is empty");
+  return out;
+}
 
 // Explicit registration (no static constructors): every backend this build offers.
 runners::BackendRegistry MakeBackends() {
@@ -41,17 +77,26 @@ runners::BackendRegistry MakeBackends() {
   return backends;
 }
 
+int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, const std::vector<std::string>& stages,
+                           runners::BackendRegistry& backends, runners::ComparisonOptions comparison,
+                           const std::string& tol_path, const std::string& tol_text);
+
 int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   runners::BackendRegistry backends = MakeBackends();
   if (flags.list_backends) {
     for (const auto& [name, description] : backends.List()) std::printf("%-12s %s\n", name.c_str(), description.c_str());
     return kExitOk;
   }
+  auto stages = ParseStages(flags.stage);
+  if (!stages) return ReportError(stages.error());
   const std::string tol_path = flags.tolerances.empty() ? global.home + "/configs/tolerances.json" : flags.tolerances;
   auto tol_text = ReadFile(tol_path);
   if (!tol_text) return ReportError(tol_text.error().WithContext("--tolerances"));
   auto comparison = runners::ComparisonOptions::FromJson(*tol_text, tol_path);
   if (!comparison) return ReportError(comparison.error());
+  if (stages->front() != "unit") {
+    return RunModelStagesCommand(global, flags, *stages, backends, std::move(*comparison), tol_path, *tol_text);
+  }
   if (flags.max_case_flops && *flags.max_case_flops < 0) {
     return ReportError(Status::InvalidArgument("--max-case-flops must be non-negative"));
   }
@@ -170,6 +215,136 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   return summary->Failed() ? kExitFailures : kExitOk;
 }
 
+
+int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, const std::vector<std::string>& stages,
+                          runners::BackendRegistry& backends, runners::ComparisonOptions comparison,
+                          const std::string& tol_path, const std::string& tol_text) {
+  if (!flags.ops.empty() || !flags.dtype.empty() || !flags.dims.empty() || flags.max_case_flops) {
+    return ReportError(Status::InvalidArgument(
+        "--op, --dtype, --dim and --max-case-flops filter op cases: they apply to --stage=unit only"));
+  }
+  if (flags.max_model_flops < 0) return ReportError(Status::InvalidArgument("--max-model-flops must be non-negative"));
+  if (flags.max_gb <= 0) return ReportError(Status::InvalidArgument("--max-gb must be positive"));
+  const std::string profiles_path =
+      flags.profiles.empty() ? global.home + "/configs/capture_profiles.json" : flags.profiles;
+  auto profiles = LoadProfiles(profiles_path, {});
+  if (!profiles) return ReportError(profiles.error().WithContext("--profiles"));
+  if (!flags.profile.empty()) {
+    bool known = false;
+    for (const auto& p : *profiles) known |= p.name == flags.profile;
+    if (!known) return ReportError(Status::InvalidArgument("--profile '" + flags.profile + "' is not in " + profiles_path));
+  }
+  auto backend = backends.Create(flags.backend);
+  if (!backend) return ReportError(backend.error().WithContext("--backend"));
+  auto reg = OpenRegistry(global, false);
+  if (!reg) return ReportError(reg.error());
+  ApplyHostSettings(global);
+
+  stages::ModelStageOptions options;
+  options.stages = stages;
+  options.run_id = flags.run_id;
+  options.backend = flags.backend;
+  options.libtorch_version = runners::LibtorchVersion();
+  options.host = HostName();
+  options.git_revision = GitRevision(global.home);
+  options.selection_id = flags.selection_id;
+  if (!flags.model.empty()) options.models = {flags.model};
+  options.profiles = std::move(*profiles);
+  options.profile = flags.profile;
+  options.max_layers = flags.max_layers;
+  options.full_depth = flags.full_depth;
+  options.max_bytes = flags.max_gb * 1e9;
+  if (flags.max_model_flops > 0) options.max_model_flops = flags.max_model_flops;
+  options.gate = flags.gate;
+  options.checks.seed = flags.seed;
+  options.checks.comparison = std::move(comparison);
+  options.checks.golden = flags.golden == "always" ? runners::GoldenMode::kAlways
+                          : flags.golden == "never" ? runners::GoldenMode::kNever
+                                                    : runners::GoldenMode::kWhenNeeded;
+  options.checks.train_steps = flags.train_steps;
+  options.checks.learning_rate = flags.learning_rate;
+  options.checks.min_cosine = flags.min_cosine;
+  options.checks.top_k = flags.top_k;
+  options.checks.min_topk_agreement = flags.min_topk_agreement;
+  options.progress = !global.quiet;
+  options.stop = InstallStopHandler();
+  // "checks" holds what changes verdicts; resuming a run with other values is refused.
+  nlohmann::json config = {
+      {"stage", flags.stage},
+      {"backend", flags.backend},
+      {"selection", flags.selection_id},
+      {"model", flags.model},
+      {"profile", flags.profile},
+      {"profiles", profiles_path},
+      {"max_model_flops", flags.max_model_flops},
+      {"gate", flags.gate},
+      {"tolerances", tol_path},
+      {"checks",
+       {{"golden", flags.golden}, {"seed", flags.seed}, {"tolerances_sha256", Sha256Hex(tol_text)},
+        {"max_layers", flags.full_depth ? -1 : flags.max_layers}, {"train_steps", flags.train_steps},
+        {"lr", flags.learning_rate}, {"min_cosine", flags.min_cosine}, {"top_k", flags.top_k},
+        {"min_topk_agreement", flags.min_topk_agreement}}}};
+  options.config_json = config.dump();
+
+  auto summary = stages::RunModelStages(**reg, **backend, options);
+  if (!summary) return ReportError(summary.error());
+
+  // Per stage: models by outcome (one column per outcome that occurred).
+  std::vector<Outcome> seen;
+  for (Outcome o : kAllOutcomes) {
+    for (const auto& [stage, counts] : summary->per_stage) {
+      if (counts.count(o) && std::find(seen.begin(), seen.end(), o) == seen.end()) seen.push_back(o);
+    }
+  }
+  Table t;
+  t.headers = {"stage", "models"};
+  t.numeric = {false, true};
+  for (Outcome o : seen) {
+    t.headers.emplace_back(OutcomeName(o));
+    t.numeric.push_back(true);
+  }
+  for (const std::string& stage : stages) {
+    auto it = summary->per_stage.find(stage);
+    if (it == summary->per_stage.end()) continue;
+    int64_t total = 0;
+    for (const auto& [o, n] : it->second) total += n;
+    std::vector<std::string> row = {stage, std::to_string(total)};
+    for (Outcome o : seen) {
+      auto c = it->second.find(o);
+      row.push_back(c == it->second.end() ? "" : std::to_string(c->second));
+    }
+    t.rows.push_back(std::move(row));
+  }
+  std::printf("%s", t.RenderAligned().c_str());
+  for (const auto& [stage, items] : summary->failing_items) {
+    std::string line;
+    for (const auto& [item, n] : items) line += fmt::format("{}{} ({})", line.empty() ? "" : ", ", item, n);
+    std::printf("  failing %s items: %s\n", stage.c_str(), line.c_str());
+  }
+  std::printf("\nrun %s (stages %s, backend %s): %lld models, %lld stage runs now, %lld already done%s, "
+              "%lld over --max-model-flops, %lld blocked by the gate, %lld not built; %.1fs\n",
+              summary->run_id.c_str(), flags.stage.c_str(), flags.backend.c_str(),
+              static_cast<long long>(summary->models), static_cast<long long>(summary->executed),
+              static_cast<long long>(summary->already_done), summary->resumed ? " (resumed)" : "",
+              static_cast<long long>(summary->skipped_by_cost), static_cast<long long>(summary->blocked),
+              static_cast<long long>(summary->not_built), summary->seconds);
+  if (!summary->failures.empty() && flags.show_failures > 0) {
+    std::printf("\nfailures (first %d):\n", flags.show_failures);
+    for (size_t i = 0; i < summary->failures.size() && static_cast<int>(i) < flags.show_failures; ++i) {
+      const std::string& f = summary->failures[i];
+      std::printf("  %s\n", f.size() > 400 ? (f.substr(0, 397) + "...").c_str() : f.c_str());
+    }
+  }
+  std::printf("\nresults: %s, run %s\n", global.registry_path.c_str(), summary->run_id.c_str());
+  std::printf("  sqlite3 %s \"SELECT * FROM v_model_failures WHERE run_id = '%s'\"\n", global.registry_path.c_str(),
+              summary->run_id.c_str());
+  if (summary->interrupted) {
+    std::printf("interrupted: resume with --run %s\n", summary->run_id.c_str());
+    return kExitInterrupted;
+  }
+  return summary->Failed() ? kExitFailures : kExitOk;
+}
+
 }  // namespace
 
 void AddRunCommand(CLI::App& app, GlobalOptions& global) {
@@ -178,14 +353,21 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
       "run",
       "Run a test stage on a backend against the CPU reference and store each result as it completes.\n"
       "Exit code: 0 nothing failed unexpectedly, 1 failures, 2 bad input or harness error, 130 interrupted.");
-  cmd->add_option("--stage", flags->stage, "Stage to run")->capture_default_str()->check(CLI::IsMember({"unit"}));
+  cmd->add_option("--stage", flags->stage,
+                  "unit (op cases from the registry), or module, model and/or train, comma-separated (the "
+                  "selection's representatives, built from their configs)")
+      ->capture_default_str();
   cmd->add_option("--backend", flags->backend, "Backend under test (--list-backends shows them)")->capture_default_str();
   cmd->add_flag("--list-backends", flags->list_backends, "List the backends of this build and exit");
   cmd->add_option("--op", flags->ops, "Only cases of this op (repeatable), e.g. mm or aten::addmm");
-  cmd->add_option("--model", flags->model, "Only cases captured from this model; * and ? are wildcards");
+  cmd->add_option("--model", flags->model,
+                  "unit: only cases captured from this model; module/model/train: only these representatives; * and "
+                  "? are wildcards");
   cmd->add_option("--dtype", flags->dtype, "Only cases with a tensor of this dtype");
   cmd->add_option("--dim", flags->dims, "Dimension predicate as in `registry query` (repeatable)");
-  cmd->add_option("--profile", flags->profile, "Only cases captured under this input profile");
+  cmd->add_option("--profile", flags->profile,
+                  "unit: only cases captured under this input profile; module/model/train: run under this profile "
+                  "[default: the first that applies, see configs/capture_profiles.json]");
   cmd->add_option("--max-case-flops", flags->max_case_flops,
                   "Record costlier cases as skipped instead of running them");
   cmd->add_option("--run", flags->run_id, "Run id; an existing id resumes that run, skipping finished cases");
@@ -200,6 +382,38 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--seed", flags->seed, "Mixed into every case's input seed")->capture_default_str();
   cmd->add_option("--tolerances", flags->tolerances, "Tolerance config [default: <home>/configs/tolerances.json]");
   cmd->add_option("--show-failures", flags->show_failures, "Failing cases to print")->capture_default_str();
+  // Model-level stages.
+  cmd->add_option("--selection-id", flags->selection_id,
+                  "module/model/train: representatives of this selection [default: the latest]");
+  cmd->add_option("--profiles", flags->profiles,
+                  "module/model/train: input profiles [default: <home>/configs/capture_profiles.json]");
+  cmd->add_option("--max-layers", flags->max_layers, "module/model/train: layers built per model (layers repeat)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_flag("--full-depth", flags->full_depth, "module/model/train: build every layer");
+  cmd->add_option("--max-gb", flags->max_gb,
+                  "module/model/train: skip a model's stage whose estimated memory exceeds this (training counts "
+                  "gradients and optimizer state)")
+      ->capture_default_str();
+  cmd->add_option("--max-model-flops", flags->max_model_flops,
+                  "module/model/train: skip a model's stage estimated above this many FLOPs (0: no cap)")
+      ->capture_default_str();
+  cmd->add_flag("--gate", flags->gate,
+                "module/model/train: skip a model's later stages once an earlier one failed, recording what blocked them");
+  cmd->add_option("--train-steps", flags->train_steps, "train: AdamW steps")->capture_default_str()->check(
+      CLI::Range(1, 1000));
+  cmd->add_option("--lr", flags->learning_rate, "train: AdamW learning rate")->capture_default_str()->check(
+      CLI::PositiveNumber);
+  cmd->add_option("--min-cosine", flags->min_cosine, "module/model: minimum cosine similarity of the outputs")
+      ->capture_default_str()
+      ->check(CLI::Range(-1.0, 1.0));
+  cmd->add_option("--top-k", flags->top_k, "model: the backend's top-1 token must be in the reference's top-k")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1000}));
+  cmd->add_option("--min-topk-agreement", flags->min_topk_agreement,
+                  "model: share of positions where it must be")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->callback([&global, flags]() { global.exit_code = RunStage(global, *flags); });
 }
 

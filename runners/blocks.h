@@ -42,7 +42,7 @@ struct CaptureProfile {
   int64_t seq_len = 0;   // tokens processed this step
   int64_t past_len = 0;  // tokens already in the KV cache (decode)
   DType dtype = DType::kFloat32;
-  bool training = false;  // model builder: forward, a loss and backward (seed blocks ignore it)
+  bool training = false;  // model builder: forward, a loss and backward (seed block capture skips these)
 };
 
 // Parses one line of data/seed_models.jsonl. Errors name the field.

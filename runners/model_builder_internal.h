@@ -64,9 +64,11 @@ struct Weights {
 // ModelSession::EnterModule / ExitModule).
 class ModuleScope {
  public:
-  ModuleScope(ModelSession* session, std::string path)
+  // `kind` overrides the kind the path's name implies (Note [Module kinds]),
+  // for modules whose Hugging Face name does not say, e.g. Nemotron-H's "mixer".
+  ModuleScope(ModelSession* session, std::string path, const std::string& kind = "")
       : session_(session), previous_(session->module_path()), path_(std::move(path)) {
-    session_->EnterModule(path_);
+    session_->EnterModule(path_, kind);
   }
   ~ModuleScope() {
     session_->ExitModule(path_);

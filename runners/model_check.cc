@@ -141,9 +141,9 @@ std::vector<ModelCheckItem> CheckModules(const selection::Features& f, const Bui
                                          const CaptureProfile& profile, Backend& backend,
                                          const ModelCheckOptions& options) {
   std::vector<ModelCheckItem> items;
-  auto first_of_each_kind = [](std::set<std::string>& seen) {
-    return [&seen](const std::string& path) {
-      const std::string kind = ModuleKindOf(path);
+  auto first_of_each_kind = [](std::set<std::string>& seen, const ModelSession& session) {
+    return [&seen, &session](const std::string& path) {
+      const std::string kind = session.KindOf(path);
       return kind != "other" && seen.insert(kind).second;
     };
   };
@@ -151,7 +151,7 @@ std::vector<ModelCheckItem> CheckModules(const selection::Features& f, const Bui
   std::set<std::string> seen;
   ModelSession ref;
   DispatchRoute ref_route;
-  ref.watch = first_of_each_kind(seen);
+  ref.watch = first_of_each_kind(seen, ref);
   if (Status s = RunOnce(f, plan, profile, ref, ref_route, options.seed); !s.ok()) {
     ModelCheckItem item;
     item.item = "reference";
@@ -169,7 +169,7 @@ std::vector<ModelCheckItem> CheckModules(const selection::Features& f, const Bui
       ModelSession g;
       DispatchRoute g_route;
       g.weight_rounding = ToScalarType(profile.dtype);
-      g.watch = first_of_each_kind(golden_seen);
+      g.watch = first_of_each_kind(golden_seen, g);
       if (RunOnce(f, plan, GoldenProfile(profile), g, g_route, options.seed).ok()) {
         for (const auto& [p, t] : g.watched()) (*golden)[p] = t;
       }
@@ -181,7 +181,7 @@ std::vector<ModelCheckItem> CheckModules(const selection::Features& f, const Bui
   for (const auto& [path, ref_out] : ref.watched()) {
     const auto t0 = Clock::now();
     ModelCheckItem item;
-    item.item = ModuleKindOf(path);
+    item.item = ref.KindOf(path);
     item.detail["module"] = path;
     ModelSession s;
     DispatchRoute route;

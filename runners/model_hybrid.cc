@@ -985,7 +985,7 @@ Status RunHybrid(const selection::Features& f, const BuildPlan& plan, const Capt
           h = ApplyNorm(x.to(l.norm.scalar_type()), Norm{l.norm, {}}, /*rms=*/true, d.eps);
         }
         {
-          ModuleScope s(&rec, path + ".mixer");
+          ModuleScope s(&rec, path + ".mixer", l.kind == "mamba" ? "ssm" : l.kind == "attention" ? "attention" : "mlp");
           if (l.kind == "mamba") {
             h = Mamba2Mixer(h, l, d, decode, cache, dt);
           } else if (l.kind == "attention") {

@@ -144,10 +144,13 @@ DispatchRouteScope::~DispatchRouteScope() { tls_route = previous_; }
 //   norm       ...norm..., ln_*, layrnorm (CLIP's spelling)
 //   stem       patch embeddings, conv stems and feature extractors
 //   embedding  ...embed..., rotary_emb, relative attention bias
+//   linear_attention  ...linear_attn... (Gated DeltaNet)
 //   attention  ...attn..., ...attention..., self
 //   mlp        mlp, ffn, feed_forward, intermediate, fc1/fc2, output
 //   head       lm_head, classifiers, poolers, projections, predictions
-// anything else is "other" (masks, whole conv blocks).
+// anything else is "other" (masks, whole conv blocks). A family may name the
+// kind itself where the path does not say (Nemotron-H's "mixer" is a Mamba-2
+// mixer ("ssm"), attention or an MLP, by layer).
 std::string ModuleKindOf(const std::string& module_path) {
   std::string last = module_path.substr(module_path.rfind('.') == std::string::npos ? 0 : module_path.rfind('.') + 1);
   // "conv_layers.3" and "layers.0": a number names the block its parent holds.
@@ -163,6 +166,7 @@ std::string ModuleKindOf(const std::string& module_path) {
     return "stem";
   }
   if (Contains(last, "embed") || Contains(last, "rotary") || Contains(last, "relative_attention_bias")) return "embedding";
+  if (Contains(last, "linear_attn")) return "linear_attention";
   if (Contains(last, "attn") || Contains(last, "attention") || last == "self") return "attention";
   if (last == "mlp" || Contains(last, "ffn") || Contains(last, "feed_forward") || last == "intermediate" ||
       last == "fc1" || last == "fc2" || last == "output" || Contains(last, "experts") || last == "moe") {
@@ -203,7 +207,8 @@ void ModelSession::SetModulePath(std::string path) {
   path_ = std::move(path);
 }
 
-void ModelSession::EnterModule(const std::string& path) {
+void ModelSession::EnterModule(const std::string& path, const std::string& kind) {
+  if (!kind.empty()) kinds_[path] = kind;
   SetModulePath(path);
   last_op_output_ = at::Tensor();
 }
@@ -219,6 +224,11 @@ void ModelSession::ExitModule(const std::string& path) {
     c10::impl::ExcludeDispatchKeyGuard exclude(c10::DispatchKey::TESTING_ONLY_GenericMode);
     watched_.emplace_back(path, last_op_output_.detach().to(c10::kCPU).clone());
   }
+}
+
+std::string ModelSession::KindOf(const std::string& path) const {
+  auto it = kinds_.find(path);
+  return it != kinds_.end() ? it->second : ModuleKindOf(path);
 }
 
 void ModelSession::NoteOpOutput(const at::Tensor& output) { last_op_output_ = output; }

@@ -105,12 +105,15 @@ class ModelSession {
   void Stop(const at::Tensor& output = at::Tensor());
   void SetModulePath(std::string path);
   const std::string& module_path() const { return path_; }
-  void EnterModule(const std::string& path);
+  void EnterModule(const std::string& path, const std::string& kind = "");
   void ExitModule(const std::string& path);
 
   // A weight of `shape`: made on the first call, the same tensor again on
   // later calls of a training session.
   at::Tensor Weight(WeightInit init, at::IntArrayRef shape, at::ScalarType dtype);
+
+  // The module kind of `path`: what its family said, else ModuleKindOf(path).
+  std::string KindOf(const std::string& path) const;
 
   // Called by the dispatch fallback with each op's returns.
   void NoteOpOutput(const at::Tensor& output);
@@ -132,6 +135,7 @@ class ModelSession {
   std::vector<at::Tensor> weights_;
   size_t next_weight_ = 0;
   std::vector<std::pair<std::string, at::Tensor>> watched_;
+  std::map<std::string, std::string> kinds_;  // path -> kind its family gave
   std::optional<DispatchRouteScope> route_scope_;
   bool stopped_ = false;
 };

@@ -25,6 +25,7 @@ Result<CaptureStageSummary> RunCaptureStage(registry::Registry& registry, const 
   std::vector<Pair> pairs;
   for (const auto& m : options.models) {
     for (const auto& p : options.profiles) {
+      if (p.training) continue;  // the seed blocks run forward only
       if (std::find(p.families.begin(), p.families.end(), m.family) != p.families.end()) pairs.push_back({&m, &p});
     }
   }

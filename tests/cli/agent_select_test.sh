@@ -61,6 +61,43 @@ check "a second capture --selection builds nothing again" contains "$TMP/cap2.ou
 check "capture of a missing selection is refused" test $? -eq 2
 check "capture names the missing selection" contains "$TMP/e0.out" "no selection 99"
 
+# The module, model and train stages on the representatives, with small inputs.
+cat >"$TMP/profiles.json" <<'JSON'
+{"profiles": [
+  {"name": "prefill", "families": ["decoder", "encoder", "encoder-decoder", "hybrid", "ssm", "multimodal"], "seq_len": 8},
+  {"name": "train", "families": ["decoder", "encoder", "encoder-decoder", "hybrid", "ssm", "multimodal"],
+   "batch": 2, "seq_len": 8, "training": true},
+  {"name": "image", "families": ["vision", "conv"]},
+  {"name": "audio", "families": ["speech"], "seq_len": 16000}
+]}
+JSON
+models() { "$BIN" -q --registry "$DB" run --profiles "$TMP/profiles.json" --max-layers 1 --max-gb 0.5 --train-steps 1 "$@"; }
+models --stage module,model,train --run m1 >"$TMP/m1.out" 2>&1
+check "module, model and train on the cpu backend pass" test $? -eq 0
+check "the summary names the stages" contains "$TMP/m1.out" "stages module,model,train"
+check "every representative has a result for every stage" \
+  test "$(sqlite3 "$DB" "SELECT COUNT(DISTINCT model_id || '/' || stage) FROM model_results WHERE run_id = 'm1'")" -eq 75
+check "nothing fails on the cpu backend" \
+  test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM v_model_failures WHERE run_id = 'm1'")" -eq 0
+check "models passed the model stage" \
+  test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM model_results WHERE run_id = 'm1' AND stage = 'model' AND outcome = 'pass'")" -gt 0
+check "skipped stages say why" \
+  test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM model_results WHERE run_id = 'm1' AND outcome = 'skipped' AND error = ''")" -eq 0
+models --stage module,model,train --run m1 >"$TMP/m2.out" 2>&1
+check "resuming a finished run runs nothing" contains "$TMP/m2.out" ", 0 stage runs now"
+models --stage unit,model >"$TMP/m3.out" 2>&1
+check "unit with model stages is refused" test $? -eq 2
+check "the refusal says unit runs alone" contains "$TMP/m3.out" "unit runs alone"
+models --stage model --profile nope >"$TMP/m4.out" 2>&1
+check "an unknown profile is refused" test $? -eq 2
+check "the refusal names the profile" contains "$TMP/m4.out" "'nope'"
+models --stage model --op mm >"$TMP/m5.out" 2>&1
+check "--op with model stages is refused" test $? -eq 2
+models --stage model --model 'nobody/*' >"$TMP/m6.out" 2>&1
+check "a --model pattern matching no representative is refused" test $? -eq 2
+check "stored results survive refused runs" \
+  test "$(sqlite3 "$DB" "SELECT COUNT(DISTINCT model_id || '/' || stage) FROM model_results WHERE run_id = 'm1'")" -eq 75
+
 # Bad input: clear errors, exit 2, nothing lost.
 before=$(sqlite3 "$DB" "SELECT COUNT(*) FROM models WHERE config_status IS NOT NULL")
 "$BIN" --registry "$DB" select --k 0 >"$TMP/e1.out" 2>&1

@@ -80,11 +80,11 @@ TEST(ModelBuilder, BuildsMostRealDecoderConfigsAndSaysWhyNotTheRest) {
     for (const auto& [reason, n] : by_reason) std::printf("not built: %-16s %2d  %s\n", type.c_str(), n, reason.c_str());
   }
   std::printf("decoder configs built: %d of %d\n", buildable, decoders);
-  // Measured: 92 of 138. Not built: MLA attention (30 configs), quantized
-  // checkpoints (10), configs whose position scheme is unknown (3), one
-  // whose dimensions are per block (nemotron-nas).
+  // Measured: 124 of 138. Not built: DeepSeek-V4's attention (7 configs),
+  // per-layer shapes (Laguna 2, MiMo-V2 1, Nemotron-NAS 1), configs without
+  // a position scheme whose type transformers does not know (3).
   EXPECT_GT(decoders, 130);
-  EXPECT_GE(buildable * 10, decoders * 6) << buildable << " of " << decoders;
+  EXPECT_GE(buildable * 100, decoders * 85) << buildable << " of " << decoders;
 }
 
 // The profile a structure is captured with (configs/capture_profiles.json).
@@ -120,7 +120,7 @@ TEST(ModelBuilder, ReportsWhichRealConfigsAndFamilyDefaultsBuild) {
   // Measured: 180 of 273 (decoders 92 of 138, encoders and encoder-decoders
   // 74 of 74, vision and speech 14 of 14; multimodal, hybrid and ssm models
   // are not built yet).
-  EXPECT_GE(built, 175);
+  EXPECT_GE(built, 225);
 
   // The default config of every model type transformers knows: how far the
   // families reach beyond the real configs.
@@ -274,12 +274,17 @@ TEST(ModelBuilder, RefusesWhatItDoesNotBuildWithTheReason) {
     EXPECT_TRUE(f.has_value());
     return PlanModel(*f, configs.at(id), Prefill(512), BuildOptions{2, max_bytes});
   };
-  BuildPlan mla = plan_of("deepseek-ai/DeepSeek-V2-Lite");
-  EXPECT_FALSE(mla.buildable);
-  EXPECT_NE(mla.reason.find("mla"), std::string::npos) << mla.reason;
-  BuildPlan ssm = plan_of("RWKV/rwkv-5-world-3b");
+  BuildPlan v4 = plan_of("deepseek-ai/DeepSeek-V4-Flash");
+  EXPECT_FALSE(v4.buildable);
+  EXPECT_NE(v4.reason.find("DeepSeek-V4"), std::string::npos) << v4.reason;
+  // Mamba (v1) is an ssm the builder does not build yet.
+  const json mamba = {{"model_type", "mamba"}, {"architectures", {"MambaForCausalLM"}}, {"hidden_size", 768},
+                      {"num_hidden_layers", 24}, {"vocab_size", 50280}, {"state_size", 16}, {"expand", 2}};
+  auto mamba_features = selection::ExtractFeatures(mamba, *Defaults());
+  ASSERT_TRUE(mamba_features.has_value());
+  BuildPlan ssm = PlanModel(*mamba_features, mamba, Prefill(512), BuildOptions{2, 1e18});
   EXPECT_FALSE(ssm.buildable);
-  EXPECT_NE(ssm.reason.find("ssm"), std::string::npos) << ssm.reason;
+  EXPECT_NE(ssm.reason.find("mamba"), std::string::npos) << ssm.reason;
   BuildPlan big = plan_of("TinyLlama/TinyLlama-1.1B-Chat-v1.0", 1e8);
   EXPECT_FALSE(big.buildable);
   EXPECT_NE(big.reason.find("budget"), std::string::npos) << big.reason;

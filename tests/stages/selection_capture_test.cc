@@ -8,11 +8,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/json_capped.h"
 #include "registry/registry.h"
 #include "stages/capture_stage.h"
 #include "stages/select_stage.h"
-#include "tests/support/family_defaults.h"
+#include "tests/support/real_models.h"
 #include "tests/support/temp_dir.h"
 
 namespace coverage::stages {
@@ -22,31 +21,10 @@ const std::vector<std::string> kModels = {
     "optimum-intel-internal-testing/tiny-random-BloomModel",  // decoder, alibi
     "openai-community/gpt2",                                 // decoder, learned positions
     "uberkie/pypythia",                                      // decoder, parallel residual
-    "deepseek-ai/DeepSeek-V2-Lite",                          // MLA: not built
+    "deepseek-ai/DeepSeek-V4-Flash",                         // DeepSeek-V4 attention: not built
 };
 
-void Fill(registry::Registry& reg) {
-  std::ifstream in(std::string(COVERAGE_SOURCE_DIR) + "/data/hub/configs.jsonl");
-  std::string line;
-  std::vector<registry::HubModelRecord> models;
-  std::vector<std::pair<std::string, std::string>> configs;
-  while (std::getline(in, line)) {
-    auto j = ParseJsonCapped(line, {.python_literals = true});
-    ASSERT_TRUE(j.has_value());
-    const std::string id = (*j)["id"];
-    if (std::find(kModels.begin(), kModels.end(), id) == kModels.end()) continue;
-    registry::HubModelRecord m;
-    m.id = id;
-    m.downloads = 1000 - static_cast<int64_t>(models.size());
-    m.model_type = (*j)["config"].value("model_type", "");
-    models.push_back(m);
-    configs.emplace_back(id, (*j)["config"].dump());
-  }
-  ASSERT_EQ(models.size(), kModels.size());
-  ASSERT_TRUE(reg.StartCrawl("test").ok());
-  ASSERT_TRUE(reg.StoreCrawlPage("test", models, {}, std::nullopt).ok());
-  for (const auto& [id, config] : configs) ASSERT_TRUE(reg.StoreConfig(id, "fetched", "", config).ok());
-}
+void Fill(registry::Registry& reg) { testing::StoreRealModels(reg, kModels); }
 
 std::vector<runners::CaptureProfile> SmallProfiles() {
   runners::CaptureProfile prefill;
@@ -76,10 +54,7 @@ TEST(SelectionCapture, BuildsWhatItCanRecordsWhyNotAndResumes) {
   ASSERT_FALSE(none.has_value());
   EXPECT_NE(none.error().message().find("coverage select"), std::string::npos);
 
-  ASSERT_TRUE(DeriveFeatures(**reg, *testing::RealFamilyDefaults()).has_value());
-  SelectOptions select;
-  select.k = 4;
-  ASSERT_TRUE(RunSelect(**reg, select).has_value());
+  testing::SelectAll(**reg, 4);
 
   auto first = RunSelectionCapture(**reg, options);
   ASSERT_TRUE(first.has_value()) << first.error().ToString();
@@ -88,7 +63,7 @@ TEST(SelectionCapture, BuildsWhatItCanRecordsWhyNotAndResumes) {
   EXPECT_EQ(first->pairs_not_built, 2);
   EXPECT_EQ(first->pairs_failed, 0);
   EXPECT_GT(first->cases_new, 50);
-  EXPECT_EQ(Count(**reg, "SELECT COUNT(*) FROM builds WHERE status = 'not_built' AND reason LIKE '%mla%'"), 2);
+  EXPECT_EQ(Count(**reg, "SELECT COUNT(*) FROM builds WHERE status = 'not_built' AND reason LIKE '%DeepSeek-V4%'"), 2);
   // Provenance: module paths of the built models.
   EXPECT_GT(Count(**reg, "SELECT COUNT(*) FROM case_sources WHERE model_id = 'openai-community/gpt2' AND "
                          "module_path = 'layers.1.mlp' AND profile = 'decode'"),

@@ -1,0 +1,326 @@
+#include "stages/model_stage.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/progress.h"
+#include "registry/registry.h"
+#include "runners/model_builder.h"
+#include "selection/features.h"
+#include "stages/unit_stage.h"
+
+namespace coverage::stages {
+namespace {
+
+constexpr const char* kNoProfile = "(none)";
+
+bool IsModelStage(const std::string& s) {
+  return std::find(std::begin(kModelStages), std::end(kModelStages), s) != std::end(kModelStages);
+}
+
+bool Matches(const std::vector<std::string>& globs, const std::string& id) {
+  if (globs.empty()) return true;
+  for (const auto& g : globs) {
+    if (fnmatch(g.c_str(), id.c_str(), 0) == 0) return true;
+  }
+  return false;
+}
+
+bool Applies(const runners::CaptureProfile& p, const std::string& structure) {
+  return std::find(p.families.begin(), p.families.end(), structure) != p.families.end();
+}
+
+// Module and model: the named profile, else the first inference profile
+// without a KV cache; train: the first training profile, else the same.
+const runners::CaptureProfile* ChooseProfile(const ModelStageOptions& o, const std::string& stage,
+                                             const std::string& structure, std::string* why) {
+  if (!o.profile.empty()) {
+    for (const auto& p : o.profiles) {
+      if (p.name != o.profile) continue;
+      if (Applies(p, structure)) return &p;
+      *why = "profile '" + o.profile + "' does not apply to the " + structure + " structure";
+      return nullptr;
+    }
+    *why = "no profile named '" + o.profile + "'";
+    return nullptr;
+  }
+  if (stage == "train") {
+    for (const auto& p : o.profiles) {
+      if (p.training && Applies(p, structure)) return &p;
+    }
+  }
+  for (const auto& p : o.profiles) {
+    if (!p.training && p.past_len == 0 && Applies(p, structure)) return &p;
+  }
+  *why = "no input profile without a KV cache applies to the " + (structure.empty() ? "unknown" : structure) +
+         " structure";
+  return nullptr;
+}
+
+// Forward passes (in units of the plan's forward FLOPs) a stage costs.
+double RunsOf(const std::string& stage, const runners::ModelCheckOptions& checks) {
+  if (stage == "module") return 2.0;  // the reference, then runs that stop after their module
+  if (stage == "model") return 2.0;   // the reference and the backend (a golden, when needed, is extra)
+  return 2.0 * 3.0 * std::max(1, checks.train_steps);  // forward + backward ~ 3 forwards, on both sides
+}
+
+// The outcome that stands for a stage of a model: the first unexpected
+// failure among its items, else skipped when any item was, else pass.
+std::pair<Outcome, std::string> WorstOf(const std::vector<registry::ModelResultRecord>& items) {
+  std::pair<Outcome, std::string> out{Outcome::kPass, ""};
+  for (const auto& r : items) {
+    if (IsUnexpectedFailure(r.outcome)) return {r.outcome, r.item};
+    if (r.outcome == Outcome::kSkipped) out = {Outcome::kSkipped, r.item};
+  }
+  return out;
+}
+
+registry::ModelResultRecord Skipped(const std::string& why, const std::string& family) {
+  registry::ModelResultRecord r;
+  r.item = "*";
+  r.outcome = Outcome::kSkipped;
+  r.error = why;
+  r.family = family;
+  return r;
+}
+
+registry::ModelResultRecord ToRecord(const runners::ModelCheckItem& item, const std::string& family) {
+  registry::ModelResultRecord r;
+  r.item = item.item;
+  r.outcome = item.outcome;
+  r.error = item.error;
+  r.family = family;
+  r.max_abs_err = item.max_abs_err;
+  r.max_rel_err = item.max_rel_err;
+  r.cosine = item.cosine;
+  r.error_ratio = item.error_ratio;
+  r.seconds = item.seconds;
+  r.detail_json = item.detail.dump();
+  return r;
+}
+
+Status CheckSameChecks(const registry::RunRecord& stored, const ModelStageOptions& options) {
+  auto checks_of = [](const std::string& text) {
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    return j.is_object() && j.contains("checks") ? j["checks"] : nlohmann::json();
+  };
+  const nlohmann::json before = checks_of(stored.config_json), now = checks_of(options.config_json);
+  if (before == now) return Status::Ok();
+  return Status::InvalidArgument("run '" + stored.run_id + "' was started with check options " + before.dump() +
+                                 "; resuming it with " + now.dump() +
+                                 " would mix results judged differently (pass the same options or a new --run id)");
+}
+
+}  // namespace
+
+bool ModelStageSummary::Failed() const {
+  for (const auto& [stage, counts] : per_stage) {
+    for (const auto& [o, n] : counts) {
+      if (n > 0 && IsUnexpectedFailure(o)) return true;
+    }
+  }
+  return false;
+}
+
+Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::Backend& backend,
+                                         const ModelStageOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> stages;
+  for (const char* s : kModelStages) {
+    if (std::find(options.stages.begin(), options.stages.end(), s) != options.stages.end()) stages.push_back(s);
+  }
+  for (const auto& s : options.stages) {
+    if (!IsModelStage(s)) return Status::InvalidArgument("'" + s + "' is not a model-level stage (module, model, train)");
+  }
+  if (stages.empty()) return Status::InvalidArgument("no stage to run (module, model, train)");
+  std::string label;
+  for (const auto& s : stages) label += (label.empty() ? "" : ",") + s;
+
+  ModelStageSummary summary;
+  summary.run_id = options.run_id.empty() ? NewRunId(options.backend, stages.size() == 1 ? stages[0] : "models")
+                                          : options.run_id;
+  int64_t selection_id = 0;
+  COV_ASSIGN_OR_RETURN(auto models, registry.SelectionModels(options.selection_id, &selection_id));
+  std::vector<registry::SelectedModel> chosen;
+  for (auto& m : models) {
+    if (Matches(options.models, m.model_id)) chosen.push_back(std::move(m));
+  }
+  if (chosen.empty()) {
+    return Status::NotFound(fmt::format("no representative of selection {} matches the --model patterns", selection_id));
+  }
+
+  registry::RunRecord run;
+  run.run_id = summary.run_id;
+  run.stage = label;
+  run.backend = options.backend;
+  run.started_at = NowIso8601();
+  run.libtorch_version = options.libtorch_version;
+  run.host = options.host;
+  run.git_revision = options.git_revision;
+  run.config_json = options.config_json;
+  COV_ASSIGN_OR_RETURN(auto stored_run, registry.CreateOrResumeRun(run, &summary.resumed));
+  if (summary.resumed) COV_RETURN_IF_ERROR(CheckSameChecks(stored_run, options));
+
+  // What earlier invocations of this run stored: (model, stage) -> rows.
+  std::map<std::pair<std::string, std::string>, std::vector<registry::ModelResultRecord>> stored;
+  {
+    COV_ASSIGN_OR_RETURN(auto rows, registry.ModelResultsForRun(summary.run_id));
+    for (auto& r : rows) stored[{r.model_id, r.stage}].push_back(std::move(r));
+  }
+
+  const runners::BuildOptions build{options.full_depth ? (int64_t{1} << 40) : options.max_layers, options.max_bytes};
+  Progress progress(fmt::format("{} {} on {}", label, summary.run_id, options.backend),
+                    static_cast<int64_t>(chosen.size()), options.progress);
+  int64_t failing = 0;
+  for (size_t i = 0; i < chosen.size() && !summary.interrupted; ++i) {
+    const registry::SelectedModel& model = chosen[i];
+    progress.Update(static_cast<int64_t>(i), fmt::format("{} failing | {}", failing, model.model_id));
+    ++summary.models;
+    Result<selection::Features> features = Status::InvalidArgument("its features could not be read when selected");
+    if (!model.features_json.empty()) {
+      auto j = nlohmann::json::parse(model.features_json, nullptr, false);
+      if (!j.is_discarded()) features = selection::FeaturesFromJson(j);
+    }
+    nlohmann::json config = nlohmann::json::parse(model.config_json, nullptr, false);
+    if (config.is_discarded()) config = nlohmann::json::object();
+    std::map<std::string, std::pair<Outcome, std::string>> earlier;  // stage -> its outcome and item
+    bool counted_not_built = false;
+    for (const std::string& stage : stages) {
+      if (options.stop && options.stop->load()) {
+        summary.interrupted = true;
+        break;
+      }
+      auto done = stored.find({model.model_id, stage});
+      if (done != stored.end() && WorstOf(done->second).first != Outcome::kSkipped) {
+        earlier[stage] = WorstOf(done->second);
+        ++summary.already_done;
+        continue;
+      }
+      std::vector<registry::ModelResultRecord> rows;
+      std::string profile_name = kNoProfile;
+      auto record = [&]() -> Status {
+        earlier[stage] = WorstOf(rows);
+        if (IsUnexpectedFailure(earlier[stage].first)) ++failing;
+        return registry.RecordModelStage(summary.run_id, model.model_id, profile_name, stage, rows);
+      };
+      if (!features) {
+        rows.push_back(Skipped("not built: " + features.error().message(), ""));
+        if (!counted_not_built) ++summary.not_built_reasons[features.error().message()], ++summary.not_built;
+        counted_not_built = true;
+        COV_RETURN_IF_ERROR(record());
+        continue;
+      }
+      std::string why;
+      const runners::CaptureProfile* profile = ChooseProfile(options, stage, features->structure, &why);
+      if (!profile) {
+        rows.push_back(Skipped(why, ""));
+        COV_RETURN_IF_ERROR(record());
+        continue;
+      }
+      profile_name = profile->name;
+      const runners::BuildPlan plan = runners::PlanModel(*features, config, *profile, build);
+      if (!plan.buildable) {
+        rows.push_back(Skipped("not built: " + plan.reason, plan.family));
+        if (!counted_not_built) ++summary.not_built_reasons[plan.reason], ++summary.not_built;
+        counted_not_built = true;
+        COV_RETURN_IF_ERROR(record());
+        continue;
+      }
+      if (options.gate) {
+        std::string blocker;
+        for (const auto& [s, o] : earlier) {
+          if (IsUnexpectedFailure(o.first)) {
+            blocker = s + ":" + o.second;
+            break;
+          }
+        }
+        if (!blocker.empty()) {
+          registry::ModelResultRecord r = Skipped(
+              fmt::format("blocked by {} ({})", blocker, OutcomeName(earlier[blocker.substr(0, blocker.find(':'))].first)),
+              plan.family);
+          r.blocked_by = blocker;
+          rows.push_back(std::move(r));
+          ++summary.blocked;
+          // A blocked stage blocks the next ones for the same reason, not as a failure of its own.
+          COV_RETURN_IF_ERROR(registry.RecordModelStage(summary.run_id, model.model_id, profile_name, stage, rows));
+          continue;
+        }
+      }
+      if (stage == "train") {
+        // Weights, gradients and two AdamW moments, activations kept for backward.
+        const double bytes = 4 * plan.weight_bytes + 3 * plan.activation_bytes;
+        if (bytes > options.max_bytes) {
+          rows.push_back(Skipped(fmt::format("training needs about {:.3g} GB (weights, gradients, optimizer state, "
+                                             "activations), over the {:.3g} GB budget",
+                                             bytes / 1e9, options.max_bytes / 1e9),
+                                 plan.family));
+          ++summary.skipped_by_cost;
+          COV_RETURN_IF_ERROR(record());
+          continue;
+        }
+      }
+      const double cost = plan.flops * RunsOf(stage, options.checks);
+      if (options.max_model_flops && cost > *options.max_model_flops) {
+        rows.push_back(Skipped(fmt::format("estimated {:.3g} FLOPs ({} of {} layers) exceeds --max-model-flops {:.3g}",
+                                           cost, plan.layers_built, plan.layers_total, *options.max_model_flops),
+                               plan.family));
+        rows.back().detail_json = nlohmann::json{{"estimated_flops", cost}}.dump();
+        ++summary.skipped_by_cost;
+        COV_RETURN_IF_ERROR(record());
+        continue;
+      }
+      progress.Update(static_cast<int64_t>(i), fmt::format("{} failing | {} {}", failing, stage, model.model_id));
+      std::vector<runners::ModelCheckItem> items;
+      if (stage == "module") {
+        items = runners::CheckModules(*features, plan, *profile, backend, options.checks);
+      } else if (stage == "model") {
+        items.push_back(runners::CheckForward(*features, plan, *profile, backend, options.checks));
+      } else {
+        items.push_back(runners::CheckTraining(*features, plan, *profile, backend, options.checks));
+      }
+      for (const auto& item : items) {
+        rows.push_back(ToRecord(item, plan.family));
+        nlohmann::json d = nlohmann::json::parse(rows.back().detail_json);
+        d["layers_built"] = plan.layers_built;
+        d["layers_total"] = plan.layers_total;
+        d["estimated_flops"] = cost;
+        if (!plan.notes.empty()) d["build_notes"] = plan.notes;
+        rows.back().detail_json = d.dump();
+      }
+      if (rows.empty()) rows.push_back(Skipped("the model has no module of a kind the module stage checks", plan.family));
+      ++summary.executed;
+      COV_RETURN_IF_ERROR(record());
+    }
+  }
+  progress.Update(static_cast<int64_t>(chosen.size()));
+  progress.Finish();
+
+  // Summarise the whole run, including earlier invocations.
+  COV_ASSIGN_OR_RETURN(auto rows, registry.ModelResultsForRun(summary.run_id));
+  std::map<std::tuple<std::string, std::string, std::string>, std::vector<registry::ModelResultRecord>> by_triple;
+  for (auto& r : rows) by_triple[{r.stage, r.model_id, r.profile}].push_back(std::move(r));
+  for (const auto& [key, items] : by_triple) {
+    const auto& [stage, model_id, profile] = key;
+    const auto [outcome, item] = WorstOf(items);
+    ++summary.per_stage[stage][outcome];
+    for (const auto& r : items) {
+      if (!IsUnexpectedFailure(r.outcome)) continue;
+      ++summary.failing_items[stage][r.item];
+      if (summary.failures.size() < 20) {
+        summary.failures.push_back(fmt::format("{} {} ({}) {}: {}: {}", stage, model_id, profile, r.item,
+                                               OutcomeName(r.outcome), r.error));
+      }
+    }
+  }
+  if (!summary.interrupted) COV_RETURN_IF_ERROR(registry.FinishRun(summary.run_id, NowIso8601()));
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return summary;
+}
+
+}  // namespace coverage::stages

@@ -1,0 +1,91 @@
+// The model-level stages: module, model and train (runners/model_check.h),
+// run over the representatives of a selection on a backend, in that order
+// for each model, with their results in the registry's model_results.
+//
+// Each model is planned like capture does (runners/model_builder.h, reduced
+// depth unless full_depth) with one profile per stage:
+//   module, model  the profile named with --profile, else the first profile in
+//                  configs/capture_profiles.json that applies to the model's
+//                  structure, has no KV cache and is not a training profile;
+//   train          the first applicable training profile, else the same one.
+// Cost caps: a stage whose estimated FLOPs (forward FLOPs times the runs the
+// stage makes) exceed max_model_flops is skipped with the estimate stored;
+// so is a model over max_bytes (for training: four copies of the weights
+// and three of the activations).
+// Gating: with `gate`, a model whose earlier stage did not pass skips its
+// later stages; the skipped row names what blocked it ("module:attention").
+//
+// Resuming: running again with the same run id skips the (model, profile,
+// stage) triples that already have results (skips by cost or gate are
+// retried); each triple is stored in one transaction.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/outcome.h"
+#include "core/result.h"
+#include "runners/blocks.h"
+#include "runners/model_check.h"
+
+namespace coverage::registry {
+class Registry;
+}
+namespace coverage::runners {
+class Backend;
+}
+
+namespace coverage::stages {
+
+inline constexpr const char* kModelStages[] = {"module", "model", "train"};
+
+struct ModelStageOptions {
+  std::string run_id;                 // empty: a new id
+  std::vector<std::string> stages;    // a subset of kModelStages; run in that order
+  std::string backend = "cpu";
+  std::string backend_version;
+  std::string libtorch_version;
+  std::string host;
+  std::string git_revision;
+  std::string config_json;            // stored with the run; its "checks" member must match on resume
+  int64_t selection_id = 0;           // 0: the latest selection
+  std::vector<std::string> models;    // glob patterns over model ids; empty: all representatives
+  std::vector<runners::CaptureProfile> profiles;
+  std::string profile;                // force this profile for module and model (and train)
+  int64_t max_layers = 2;
+  bool full_depth = false;            // build every layer
+  double max_bytes = 8e9;
+  std::optional<double> max_model_flops;  // per model and stage
+  bool gate = false;
+  runners::ModelCheckOptions checks;
+  bool progress = true;
+  const std::atomic<bool>* stop = nullptr;
+};
+
+struct ModelStageSummary {
+  std::string run_id;
+  bool resumed = false;
+  bool interrupted = false;
+  int64_t models = 0;           // representatives considered
+  int64_t not_built = 0;        // the builder cannot build them (reason stored by capture, shown here)
+  int64_t already_done = 0;     // (model, stage) pairs with results before this invocation
+  int64_t executed = 0;         // (model, stage) pairs run now
+  int64_t skipped_by_cost = 0;
+  int64_t blocked = 0;          // skipped by the gate
+  double seconds = 0;
+  // Whole run: per stage, models by their worst item's outcome.
+  std::map<std::string, std::map<Outcome, int64_t>> per_stage;
+  std::map<std::string, std::map<std::string, int64_t>> failing_items;  // stage -> item -> models
+  std::vector<std::string> failures;  // "stage model (profile) item: outcome: error", first ones
+  std::map<std::string, int64_t> not_built_reasons;
+  bool Failed() const;
+};
+
+Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::Backend& backend,
+                                         const ModelStageOptions& options);
+
+}  // namespace coverage::stages

@@ -1,0 +1,188 @@
+// The module, model and train stages over a selection: results per model and
+// stage in the registry, gating, cost caps, resuming, and unbuildable models
+// shown with their reason.
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "registry/registry.h"
+#include "runners/backend.h"
+#include "runners/backends.h"
+#include "stages/model_stage.h"
+#include "tests/support/fake_backend.h"
+#include "tests/support/real_models.h"
+#include "tests/support/temp_dir.h"
+
+namespace coverage::stages {
+namespace {
+
+const std::vector<std::string> kModels = {
+    "vosap52/robot-navigation-command-tr-v1",                 // GPT-2, 80 wide
+    "optimum-intel-internal-testing/tiny-random-BloomModel",  // ALiBi
+    "deepseek-ai/DeepSeek-V4-Flash",                          // not built
+};
+
+std::vector<runners::CaptureProfile> Profiles() {
+  runners::CaptureProfile prefill;
+  prefill.name = "prefill";
+  prefill.families = {"decoder"};
+  prefill.seq_len = 16;
+  runners::CaptureProfile decode = prefill;  // has a KV cache: never chosen for these stages
+  decode.name = "decode";
+  decode.seq_len = 1;
+  decode.past_len = 15;
+  runners::CaptureProfile train = prefill;
+  train.name = "train";
+  train.batch = 2;
+  train.seq_len = 8;
+  train.training = true;
+  return {decode, prefill, train};
+}
+
+struct Fixture {
+  testing::TempDir dir;
+  std::unique_ptr<registry::Registry> reg;
+  Fixture() {
+    auto r = registry::Registry::Open(dir.File("r.db"));
+    EXPECT_TRUE(r.has_value());
+    reg = std::move(*r);
+    testing::StoreRealModels(*reg, kModels);
+    testing::SelectAll(*reg, 3);
+  }
+  int64_t Count(const std::string& sql) { return std::stoll(reg->Query(sql)->rows[0][0]); }
+};
+
+ModelStageOptions Options(const std::string& run_id) {
+  ModelStageOptions o;
+  o.run_id = run_id;
+  o.stages = {"train", "model", "module"};  // run in stage order whatever the order given
+  o.profiles = Profiles();
+  o.progress = false;
+  o.checks.train_steps = 2;
+  return o;
+}
+
+std::shared_ptr<runners::Backend> Cpu() {
+  runners::BackendRegistry registry;
+  runners::RegisterCpuBackend(registry);
+  return *registry.Create("cpu");
+}
+
+TEST(ModelStage, CpuPassesEveryStageAndUnbuildableModelsShowTheirReason) {
+  Fixture fx;
+  auto cpu = Cpu();
+  auto s = RunModelStages(*fx.reg, *cpu, Options("r1"));
+  ASSERT_TRUE(s.has_value()) << s.error().ToString();
+  EXPECT_FALSE(s->Failed());
+  EXPECT_EQ(s->models, 3);
+  EXPECT_EQ(s->executed, 6);  // two built models x three stages
+  EXPECT_EQ(s->not_built, 1);
+  EXPECT_EQ(s->per_stage.at("model").at(Outcome::kPass), 2);
+  EXPECT_EQ(s->per_stage.at("train").at(Outcome::kPass), 2);
+  EXPECT_EQ(s->per_stage.at("module").at(Outcome::kSkipped), 1);
+  // The stages ran on the profiles they choose: module and model on prefill, train on train.
+  EXPECT_EQ(fx.Count("SELECT COUNT(DISTINCT profile) FROM model_results WHERE stage = 'model' AND outcome = 'pass'"), 1);
+  EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM model_results WHERE stage = 'train' AND profile = 'train' AND "
+                     "outcome = 'pass'"),
+            2);
+  EXPECT_GE(fx.Count("SELECT COUNT(*) FROM model_results WHERE stage = 'module' AND model_id LIKE 'vosap52%' AND "
+                     "item IN ('attention', 'mlp', 'norm', 'embedding', 'head') AND outcome = 'pass'"),
+            5);
+  EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM model_results WHERE model_id = 'deepseek-ai/DeepSeek-V4-Flash' AND "
+                     "outcome = 'skipped' AND error LIKE 'not built: %DeepSeek-V4%'"),
+            3);
+  EXPECT_EQ(fx.Count("SELECT models FROM v_model_stage_outcomes WHERE run_id = 'r1' AND stage = 'model' AND "
+                     "outcome = 'pass'"),
+            2);
+  // The run is finished; running it again does nothing new.
+  EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM runs WHERE run_id = 'r1' AND finished_at IS NOT NULL AND "
+                     "stage = 'module,model,train'"),
+            1);
+  auto again = RunModelStages(*fx.reg, *cpu, Options("r1"));
+  ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(again->resumed);
+  EXPECT_EQ(again->executed, 0);
+  EXPECT_EQ(again->already_done, 6);
+  EXPECT_EQ(again->per_stage, s->per_stage);
+}
+
+TEST(ModelStage, GateSkipsLaterStagesOfAModelWhoseModulesFailAndSaysWhy) {
+  Fixture fx;
+  testing::FakeBackend fake;
+  fake.add_offset["aten::softmax"] = 0.25;
+  ModelStageOptions o = Options("gated");
+  o.gate = true;
+  auto s = RunModelStages(*fx.reg, fake, o);
+  ASSERT_TRUE(s.has_value()) << s.error().ToString();
+  EXPECT_TRUE(s->Failed());
+  EXPECT_EQ(s->blocked, 4);  // model and train of both built models
+  EXPECT_EQ(s->failing_items.at("module").at("attention"), 2);
+  EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM model_results WHERE run_id = 'gated' AND stage IN ('model', 'train') AND "
+                     "outcome = 'skipped' AND blocked_by = 'module:attention'"),
+            4);
+  // Without the gate every stage runs and fails on its own.
+  auto ungated = RunModelStages(*fx.reg, fake, Options("ungated"));
+  ASSERT_TRUE(ungated.has_value());
+  EXPECT_EQ(ungated->blocked, 0);
+  EXPECT_EQ(ungated->per_stage.at("model").at(Outcome::kMismatch), 2);
+  EXPECT_EQ(ungated->per_stage.at("train").at(Outcome::kMismatch), 2);
+}
+
+TEST(ModelStage, CostCapSkipsWithTheEstimateAndAResumeRetriesThem) {
+  Fixture fx;
+  auto cpu = Cpu();
+  ModelStageOptions o = Options("capped");
+  o.stages = {"model"};
+  o.max_model_flops = 1.0;
+  auto s = RunModelStages(*fx.reg, *cpu, o);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->skipped_by_cost, 2);
+  EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM model_results WHERE outcome = 'skipped' AND error LIKE "
+                     "'estimated % FLOPs (2 of % layers) exceeds --max-model-flops 1'"),
+            2);
+  o.max_model_flops.reset();
+  auto resumed = RunModelStages(*fx.reg, *cpu, o);
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_EQ(resumed->executed, 2);
+  EXPECT_EQ(resumed->per_stage.at("model").at(Outcome::kPass), 2);
+}
+
+TEST(ModelStage, StopResumesAndBadInputIsRefusedNamingIt) {
+  Fixture fx;
+  auto cpu = Cpu();
+  std::atomic<bool> stop{true};
+  ModelStageOptions o = Options("stopped");
+  o.stop = &stop;
+  auto s = RunModelStages(*fx.reg, *cpu, o);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_TRUE(s->interrupted);
+  EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM runs WHERE run_id = 'stopped' AND finished_at IS NULL"), 1);
+  stop = false;
+  auto resumed = RunModelStages(*fx.reg, *cpu, o);
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_FALSE(resumed->interrupted);
+  EXPECT_EQ(resumed->executed, 6);
+
+  ModelStageOptions bad = Options("bad");
+  bad.stages = {"unit"};
+  auto not_a_stage = RunModelStages(*fx.reg, *cpu, bad);
+  ASSERT_FALSE(not_a_stage.has_value());
+  EXPECT_NE(not_a_stage.error().message().find("'unit'"), std::string::npos);
+  bad.stages = {"model"};
+  bad.models = {"nobody/*"};
+  auto no_model = RunModelStages(*fx.reg, *cpu, bad);
+  ASSERT_FALSE(no_model.has_value());
+  EXPECT_NE(no_model.error().message().find("--model"), std::string::npos);
+  // Resuming a run with other check options is refused.
+  ModelStageOptions other = Options("stopped");
+  other.config_json = R"({"checks": {"seed": 7}})";
+  auto refused = RunModelStages(*fx.reg, *cpu, other);
+  ASSERT_FALSE(refused.has_value());
+  EXPECT_NE(refused.error().message().find("check options"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coverage::stages
