@@ -145,10 +145,18 @@ COVERAGE_BUILDER_FAMILY(EncoderDecoder)  // model_encoder.cc: structure "encoder
 COVERAGE_BUILDER_FAMILY(Vision)          // model_vision.cc: structure "vision" (ViT-style towers)
 COVERAGE_BUILDER_FAMILY(Conv)            // model_vision.cc: structure "conv" (ResNet, ConvNeXt)
 COVERAGE_BUILDER_FAMILY(Speech)          // model_vision.cc: structure "speech" (wav2vec2, Whisper)
+COVERAGE_BUILDER_FAMILY(Multimodal)      // model_multimodal.cc: structure "multimodal" (vision + text towers)
 #undef COVERAGE_BUILDER_FAMILY
 
 // Runs a buildable plan in `session` (RunModel with a session of its own).
 Status RunInSession(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
                     ModelSession& session, uint64_t seed);
+
+// Runs a buildable plan's family in a session whose run has begun (no
+// BeginRun: the weights made so far stay, training sessions keep their
+// order): for a family that runs another family's plan after its own ops
+// (the multimodal family's text tower).
+Status RunFamily(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
+                 ModelSession& session, uint64_t seed);
 
 }  // namespace coverage::runners::builder

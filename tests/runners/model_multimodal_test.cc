@@ -1,0 +1,187 @@
+// The model builder's multimodal family (runners/model_multimodal.cc) on real
+// configs (data/hub/configs.jsonl): a Qwen3-VL model builds its vision
+// tower, merger and text tower; models whose text tower is not buildable say
+// so; a decode step runs the text tower only.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "runners/model_builder.h"
+#include "runners/model_builder_internal.h"
+#include "selection/features.h"
+#include "tests/support/family_defaults.h"
+#include "tests/support/profiles.h"
+
+namespace coverage::runners {
+namespace {
+
+using nlohmann::json;
+using testing::Decode;
+using testing::Prefill;
+
+constexpr const char* kQwen3Vl = "Qwen/Qwen3-VL-2B-Instruct";
+
+selection::Features FeaturesOf(const std::string& id) {
+  const auto& configs = testing::RealHubConfigs();
+  auto it = configs.find(id);
+  EXPECT_NE(it, configs.end()) << id;
+  if (it == configs.end()) return {};
+  auto f = selection::ExtractFeatures(it->second, *testing::RealFamilyDefaults());
+  EXPECT_TRUE(f.has_value()) << id;
+  return f ? *f : selection::Features{};
+}
+
+const json& ConfigOf(const std::string& id) { return testing::RealHubConfigs().at(id); }
+
+struct MultimodalRun {
+  BuildPlan plan;
+  std::vector<CapturedCall> calls;
+  bool Has(const std::string& op, const std::string& path_prefix) const {
+    return std::any_of(calls.begin(), calls.end(), [&](const CapturedCall& c) {
+      return c.op_case.op == op && c.module_path.rfind(path_prefix, 0) == 0;
+    });
+  }
+  bool AnyPath(const std::string& path_prefix) const {
+    return std::any_of(calls.begin(), calls.end(),
+                       [&](const CapturedCall& c) { return c.module_path.rfind(path_prefix, 0) == 0; });
+  }
+  bool Noted(const std::string& what) const {
+    return std::any_of(plan.notes.begin(), plan.notes.end(),
+                       [&](const std::string& n) { return n.find(what) != std::string::npos; });
+  }
+};
+
+// One layer of each tower keeps the forward pass to seconds.
+MultimodalRun BuildAndRun(const std::string& id, const CaptureProfile& profile) {
+  MultimodalRun run;
+  const selection::Features f = FeaturesOf(id);
+  run.plan = PlanModel(f, ConfigOf(id), profile, BuildOptions{1, 1e18});
+  EXPECT_TRUE(run.plan.buildable) << id << ": " << run.plan.reason;
+  if (!run.plan.buildable) return run;
+  OpRecorder recorder;
+  Status s = RunModel(f, run.plan, profile, recorder);
+  EXPECT_TRUE(s.ok()) << id << ": " << s.ToString();
+  run.calls = recorder.TakeCalls();
+  return run;
+}
+
+TEST(ModelMultimodal, Qwen3VlPrefillRecordsVisionTowerMergerAndTextTower) {
+  const MultimodalRun run = BuildAndRun(kQwen3Vl, Prefill(8));
+  ASSERT_TRUE(run.plan.buildable);
+  EXPECT_EQ(run.plan.family, "multimodal");
+  EXPECT_EQ(run.plan.layers_total, 28);  // the text tower's
+  EXPECT_EQ(run.plan.layers_built, 1);
+  EXPECT_TRUE(run.Noted("vision tower: 1 of 24 blocks built"));
+  EXPECT_TRUE(run.Noted("576 tokens"));  // 48 x 48 patches merged 2 x 2
+  // The vision tower: Conv3d patches, 2-D rotary attention, the merger's linears.
+  bool conv3d = false;
+  for (const auto& c : run.calls) {
+    if (c.op_case.op != "aten::conv3d") continue;
+    conv3d = true;
+    EXPECT_EQ(c.module_path, "model.visual.patch_embed");
+    ASSERT_GE(c.op_case.args.size(), 2u);
+    EXPECT_EQ(c.op_case.args[0].tensor.shape, (std::vector<int64_t>{2304, 3, 2, 16, 16}));
+    EXPECT_EQ(c.op_case.args[1].tensor.shape, (std::vector<int64_t>{1024, 3, 2, 16, 16}));
+  }
+  EXPECT_TRUE(conv3d);
+  EXPECT_TRUE(run.Has("aten::embedding", "model.visual.pos_embed"));
+  EXPECT_TRUE(run.Has("aten::linear", "model.visual.blocks.0.attn"));
+  EXPECT_TRUE(run.Has("aten::softmax", "model.visual.blocks.0.attn"));
+  EXPECT_TRUE(run.Has("aten::layer_norm", "model.visual.blocks.0.norm1"));
+  EXPECT_TRUE(run.Has("aten::linear", "model.visual.blocks.0.mlp"));
+  // The main merger: LayerNorm over 1024, linear 4096 -> 4096, GELU, 4096 -> 2048.
+  std::set<std::vector<int64_t>> merger_weights;
+  for (const auto& c : run.calls) {
+    if (c.op_case.op == "aten::linear" && c.module_path == "model.visual.merger") {
+      merger_weights.insert(c.op_case.args.at(1).tensor.shape);
+    }
+  }
+  EXPECT_EQ(merger_weights, (std::set<std::vector<int64_t>>{{4096, 4096}, {2048, 4096}}));
+  // Deepstack merger of block 5 runs after the last built block.
+  EXPECT_TRUE(run.Has("aten::linear", "model.visual.deepstack_merger_list.0"));
+  // Image features replace the placeholder tokens' embeddings.
+  EXPECT_TRUE(run.Has("aten::masked_scatter", "model"));
+  EXPECT_TRUE(run.Has("aten::embedding", "model.language_model.embed_tokens"));
+  // The text tower (the decoder family) over 8 text + 576 image tokens, with q/k norm.
+  bool q_proj = false;
+  for (const auto& c : run.calls) {
+    if (c.op_case.op == "aten::linear" && c.module_path == "layers.0.self_attn" &&
+        c.op_case.args.at(1).tensor.shape == std::vector<int64_t>{2048, 2048}) {
+      q_proj = true;
+      EXPECT_EQ(c.op_case.args.at(0).tensor.shape, (std::vector<int64_t>{1, 584, 2048}));
+    }
+  }
+  EXPECT_TRUE(q_proj);
+  EXPECT_TRUE(run.Has("aten::rsqrt", "layers.0.self_attn"));  // q_norm / k_norm
+  EXPECT_TRUE(run.Has("aten::linear", "lm_head"));
+  EXPECT_TRUE(run.Noted("mrope"));
+  EXPECT_TRUE(run.Noted("image features are merged"));
+}
+
+TEST(ModelMultimodal, DecodeRunsTheTextTowerOnly) {
+  const MultimodalRun run = BuildAndRun(kQwen3Vl, Decode());
+  ASSERT_TRUE(run.plan.buildable);
+  EXPECT_TRUE(run.Noted("the text tower only"));
+  EXPECT_FALSE(run.AnyPath("model.visual"));
+  EXPECT_FALSE(run.Has("aten::masked_scatter", ""));
+  EXPECT_TRUE(run.Has("aten::linear", "layers.0.self_attn"));
+  EXPECT_TRUE(run.Has("aten::cat", "layers.0.self_attn"));  // the KV cache
+}
+
+TEST(ModelMultimodal, ImageProfileRunsTheVisionTowerAndMergerOnly) {
+  CaptureProfile image = Prefill(0);
+  image.name = "image";
+  const MultimodalRun run = BuildAndRun(kQwen3Vl, image);
+  ASSERT_TRUE(run.plan.buildable);
+  EXPECT_EQ(run.plan.layers_total, 24);  // the vision tower's
+  EXPECT_TRUE(run.Has("aten::conv3d", "model.visual.patch_embed"));
+  EXPECT_TRUE(run.Has("aten::linear", "model.visual.merger"));
+  EXPECT_FALSE(run.AnyPath("layers."));
+  EXPECT_FALSE(run.Has("aten::masked_scatter", ""));
+}
+
+TEST(ModelMultimodal, PlanReportsTheTextTowersReasonWhenItIsNotBuildable) {
+  // Qwen3.5's language model mixes linear attention with full attention;
+  // Kimi K2.5's is DeepSeek-V3 (MLA).
+  for (const char* id : {"Qwen/Qwen3.5-27B", "moonshotai/Kimi-K2.5"}) {
+    const selection::Features f = FeaturesOf(id);
+    ASSERT_EQ(f.structure, "multimodal") << id;
+    const BuildPlan plan = PlanModel(f, ConfigOf(id), Prefill(16), BuildOptions{1, 1e18});
+    EXPECT_FALSE(plan.buildable) << id;
+    EXPECT_EQ(plan.reason.rfind("text tower: ", 0), 0u) << id << ": " << plan.reason;
+  }
+  const selection::Features qwen35 = FeaturesOf("Qwen/Qwen3.5-27B");
+  EXPECT_EQ(PlanModel(qwen35, ConfigOf("Qwen/Qwen3.5-27B"), Prefill(16), BuildOptions{1, 1e18}).reason,
+            "text tower: the hybrid structure is not built yet");
+  // A vision tower that is not built says so, after a buildable text tower.
+  const selection::Features llama4 = FeaturesOf("meta-llama/Llama-4-Scout-17B-16E-Instruct");
+  const BuildPlan plan = PlanModel(llama4, ConfigOf("meta-llama/Llama-4-Scout-17B-16E-Instruct"), Prefill(16),
+                                   BuildOptions{1, 1e18});
+  EXPECT_FALSE(plan.buildable);
+  EXPECT_FALSE(plan.reason.empty());
+}
+
+TEST(ModelMultimodal, TrainingSessionReusesVisionAndTextWeightsInOrder) {
+  // The text tower runs in the multimodal model's session without a new
+  // BeginRun, so a second training call gets the same weights, in order.
+  const selection::Features f = FeaturesOf(kQwen3Vl);
+  const CaptureProfile profile = Prefill(4);
+  const BuildPlan plan = PlanModel(f, ConfigOf(kQwen3Vl), profile, BuildOptions{1, 1e18});
+  ASSERT_TRUE(plan.buildable) << plan.reason;
+  ModelSession session;
+  session.training = true;
+  ASSERT_TRUE(builder::RunInSession(f, plan, profile, session, 3).ok());
+  const size_t weights = session.weights().size();
+  const at::Tensor first = session.weights().front();
+  ASSERT_TRUE(builder::RunInSession(f, plan, profile, session, 3).ok());
+  EXPECT_EQ(session.weights().size(), weights);
+  EXPECT_TRUE(session.weights().front().is_same(first));
+  EXPECT_EQ(session.output().size(1), 4 + 576);  // logits for every position in training
+}
+
+}  // namespace
+}  // namespace coverage::runners
