@@ -10,6 +10,7 @@
 // the patch merger over spatial_merge_size^2 patches and deepstack mergers.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -94,87 +95,6 @@ TextTower TextTowerOf(const selection::Features& f, const json& config) {
   return t;
 }
 
-// Qwen3-VL's vision tower, from vision_config (defaults of Qwen3VLVisionConfig).
-struct QwenVision {
-  std::string refusal;
-  int64_t hidden = 1152, depth = 27, heads = 16, intermediate = 4304, channels = 3, patch = 16;
-  int64_t temporal = 2, merge = 2, out_hidden = 3584, positions = 2304;
-  std::vector<int64_t> deepstack;
-  std::string act = "gelu_tanh";
-  int64_t grid = 0;     // patches per side of the image (the position table's grid)
-  int64_t patches = 0;  // per image
-  int64_t tokens = 0;   // merged tokens per image (what the text tower sees)
-  int64_t built = 0;    // blocks built
-};
-
-QwenVision ReadQwenVision(const selection::Features& f, const json& config, int64_t max_layers) {
-  QwenVision v;
-  const bool qwen3_vl = f.model_type == "qwen3_vl" || f.model_type == "qwen3_vl_moe";
-  if (qwen3_vl) v.deepstack = {8, 16, 24};
-  auto it = config.find("vision_config");
-  const json c = it != config.end() && it->is_object() ? *it : json::object();
-  v.hidden = ConfigInt(c, "hidden_size", v.hidden);
-  v.depth = ConfigInt(c, "depth", v.depth);
-  v.heads = ConfigInt(c, "num_heads", v.heads);
-  v.intermediate = ConfigInt(c, "intermediate_size", v.intermediate);
-  v.channels = ConfigInt(c, "in_channels", v.channels);
-  v.patch = ConfigInt(c, "patch_size", v.patch);
-  v.temporal = ConfigInt(c, "temporal_patch_size", v.temporal);
-  v.merge = ConfigInt(c, "spatial_merge_size", v.merge);
-  v.out_hidden = ConfigInt(c, "out_hidden_size", v.out_hidden);
-  v.positions = ConfigInt(c, "num_position_embeddings", v.positions);
-  if (auto d = c.find("deepstack_visual_indexes"); d != c.end() && d->is_array()) {
-    v.deepstack.clear();
-    for (const json& i : *d) {
-      if (i.is_number_integer() && i.get<int64_t>() >= 0) v.deepstack.push_back(i.get<int64_t>());
-    }
-  }
-  if (auto a = c.find("hidden_act"); a != c.end() && a->is_string()) v.act = a->get<std::string>();
-  if (v.act == "gelu_pytorch_tanh" || v.act == "gelu_new" || v.act == "gelu_fast") v.act = "gelu_tanh";
-  if (!KnownActivation(v.act)) {
-    v.refusal = "activation '" + v.act + "' is not built";
-    return v;
-  }
-  if (v.hidden % v.heads != 0 || (v.hidden / v.heads) % 4 != 0) {
-    v.refusal = "hidden size over heads is not a multiple of 4 (2-D rotary halves)";
-    return v;
-  }
-  v.grid = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(v.positions))));
-  if (v.grid * v.grid != v.positions) {
-    v.refusal = "num_position_embeddings is not a square grid";
-    return v;
-  }
-  // The image grid must split into merge x merge blocks.
-  v.grid = v.grid / v.merge * v.merge;
-  if (v.grid <= 0) {
-    v.refusal = "the position grid is smaller than the merge size";
-    return v;
-  }
-  v.patches = v.grid * v.grid;
-  v.tokens = v.patches / (v.merge * v.merge);
-  v.built = std::min(v.depth, std::max<int64_t>(1, max_layers));
-  return v;
-}
-
-double QwenVisionWeights(const QwenVision& v) {
-  const double H = double(v.hidden), I = double(v.intermediate), M = H * double(v.merge * v.merge);
-  const double merger = M * M + M * double(v.out_hidden);
-  return double(v.channels * v.temporal * v.patch * v.patch) * H + double(v.positions) * H +
-         (4.0 * H * H + 2.0 * H * I) * double(v.built) + merger * double(1 + v.deepstack.size());
-}
-
-// Which deepstack mergers run after which built block: those whose block is
-// built; with none built, the first merger after the last built block (its
-// ops are the same at any depth).
-std::vector<std::pair<int64_t, size_t>> DeepstackRuns(const QwenVision& v) {
-  std::vector<std::pair<int64_t, size_t>> runs;
-  for (size_t i = 0; i < v.deepstack.size(); ++i) {
-    if (v.deepstack[i] < v.built) runs.emplace_back(v.deepstack[i], i);
-  }
-  if (runs.empty() && !v.deepstack.empty()) runs.emplace_back(v.built - 1, 0);
-  return runs;
-}
-
 enum class Stage { kImage, kPrefill, kDecode };
 
 Stage StageOf(const CaptureProfile& profile) {
@@ -196,6 +116,534 @@ std::string Gb(double bytes) {
   return buf;
 }
 
+std::string NormaliseAct(std::string a) {
+  if (a == "gelu_pytorch_tanh" || a == "gelu_new" || a == "gelu_fast") return "gelu_tanh";
+  return a;
+}
+
+// ---------------------------------------------------------------------------
+// Vision towers. Each reads its spec from the config (refusal set when it
+// cannot be built), estimates itself, and, in RunMultimodal, makes its
+// weights and inputs (TowerRun's constructor, before recording) and runs
+// (Forward, while recording) to the features the text tower takes:
+// [images * tokens, text hidden].
+
+struct TowerRun {
+  virtual ~TowerRun() = default;
+  virtual at::Tensor Forward(ModelSession& rec) = 0;
+};
+
+struct TowerSpec {
+  std::string refusal;
+  std::string name;          // for notes
+  int64_t depth = 0, built = 0;
+  int64_t tokens = 0;        // per image, in the text sequence
+  int64_t out_hidden = 0;    // the features' width
+  double weights = 0;        // elements
+  double activation_bytes = 0, flops = 0;  // for `batch` images
+  std::vector<std::string> notes;
+  std::string embed_path, merge_path;  // where transformers embeds the ids and merges the features
+};
+
+// --- Qwen3-VL / Qwen3.5 (Qwen3VLVisionModel), from vision_config with the
+// defaults of Qwen3VLVisionConfig.
+struct QwenVision {
+  int64_t hidden = 1152, depth = 27, heads = 16, intermediate = 4304, channels = 3, patch = 16;
+  int64_t temporal = 2, merge = 2, out_hidden = 3584, positions = 2304;
+  std::vector<int64_t> deepstack;
+  std::string act = "gelu_tanh";
+  int64_t side = 0;     // the position table's grid side
+  int64_t grid = 0;     // patches per side of the image
+  int64_t patches = 0;  // per image
+  int64_t tokens = 0;   // merged tokens per image
+  int64_t built = 0;
+};
+
+// Which deepstack mergers run after which built block: those whose block is
+// built; with none built, the first merger after the last built block (its
+// ops are the same at any depth).
+std::vector<std::pair<int64_t, size_t>> DeepstackRuns(const QwenVision& v) {
+  std::vector<std::pair<int64_t, size_t>> runs;
+  for (size_t i = 0; i < v.deepstack.size(); ++i) {
+    if (v.deepstack[i] < v.built) runs.emplace_back(v.deepstack[i], i);
+  }
+  if (runs.empty() && !v.deepstack.empty()) runs.emplace_back(v.built - 1, 0);
+  return runs;
+}
+
+QwenVision ReadQwenVision(const selection::Features& f, const json& c, int64_t max_layers, std::string* refusal) {
+  QwenVision v;
+  if (f.model_type == "qwen3_vl" || f.model_type == "qwen3_vl_moe") v.deepstack = {8, 16, 24};
+  v.hidden = ConfigInt(c, "hidden_size", v.hidden);
+  v.depth = ConfigInt(c, "depth", v.depth);
+  v.heads = ConfigInt(c, "num_heads", v.heads);
+  v.intermediate = ConfigInt(c, "intermediate_size", v.intermediate);
+  v.channels = ConfigInt(c, "in_channels", v.channels);
+  v.patch = ConfigInt(c, "patch_size", v.patch);
+  v.temporal = ConfigInt(c, "temporal_patch_size", v.temporal);
+  v.merge = ConfigInt(c, "spatial_merge_size", v.merge);
+  v.out_hidden = ConfigInt(c, "out_hidden_size", v.out_hidden);
+  v.positions = ConfigInt(c, "num_position_embeddings", v.positions);
+  if (auto d = c.find("deepstack_visual_indexes"); d != c.end() && d->is_array()) {
+    v.deepstack.clear();
+    for (const json& i : *d) {
+      if (i.is_number_integer() && i.get<int64_t>() >= 0) v.deepstack.push_back(i.get<int64_t>());
+    }
+  }
+  if (auto a = c.find("hidden_act"); a != c.end() && a->is_string()) v.act = NormaliseAct(a->get<std::string>());
+  v.built = std::min(v.depth, std::max<int64_t>(1, max_layers));
+  if (!KnownActivation(v.act)) {
+    *refusal = "activation '" + v.act + "' is not built";
+  } else if (v.hidden % v.heads != 0 || (v.hidden / v.heads) % 4 != 0) {
+    *refusal = "hidden size over heads is not a multiple of 4 (2-D rotary halves)";
+  } else {
+    v.side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(v.positions))));
+    // The image grid must split into merge x merge blocks.
+    v.grid = v.side / v.merge * v.merge;
+    if (v.side * v.side != v.positions) *refusal = "num_position_embeddings is not a square grid";
+    if (v.grid <= 0) *refusal = "the position grid is smaller than the merge size";
+  }
+  v.patches = v.grid * v.grid;
+  v.tokens = v.patches / (v.merge * v.merge);
+  return v;
+}
+
+TowerSpec PlanQwen(const QwenVision& v, double eb, int64_t batch) {
+  TowerSpec t;
+  t.name = "Qwen3-VL";
+  t.depth = v.depth, t.built = v.built, t.tokens = v.tokens, t.out_hidden = v.out_hidden;
+  t.embed_path = "model.language_model.embed_tokens", t.merge_path = "model";
+  const double H = double(v.hidden), I = double(v.intermediate), M = H * double(v.merge * v.merge);
+  const double N = double(v.patches), B = double(batch), K = double(v.channels * v.temporal * v.patch * v.patch);
+  const double merger = M * M + M * double(v.out_hidden);
+  t.weights = K * H + double(v.positions) * H + (4.0 * H * H + 2.0 * H * I) * double(v.built) +
+              merger * double(1 + v.deepstack.size());
+  t.activation_bytes = 4.0 * double(v.heads) * N * N + eb * B * N * (6.0 * H + 2.0 * I + K);
+  const double runs = double(1 + DeepstackRuns(v).size());
+  t.flops = B * (2.0 * N * (4.0 * H * H + 2.0 * H * I) * double(v.built) + 4.0 * N * N * H * double(v.built) +
+                 2.0 * N * K * H + runs * 2.0 * double(v.tokens) * merger);
+  t.notes.push_back("image: " + std::to_string(v.grid * v.patch) + "x" + std::to_string(v.grid * v.patch) +
+                    " pixels, one frame repeated over temporal_patch_size " + std::to_string(v.temporal) +
+                    " (the position table's " + std::to_string(v.grid) + "x" + std::to_string(v.grid) +
+                    " grid; the processor resizes images dynamically)");
+  if (!v.deepstack.empty()) {
+    const auto runs_list = DeepstackRuns(v);
+    if (runs_list.front().first != v.deepstack.front()) {
+      t.notes.push_back("deepstack merger of block " + std::to_string(v.deepstack.front()) +
+                        " runs after the last built block");
+    }
+  }
+  return t;
+}
+
+struct Block {
+  Norm norm1, norm2;
+  Linear qkv, proj, fc1, fc2;        // Qwen: packed qkv
+  Linear q, k, v, o;                 // Llama 4: separate projections
+};
+
+Linear MakeLinear(const Weights& W, int64_t in, int64_t out, bool bias = true) {
+  return Linear{W({out, in}), bias ? W({out}) : at::Tensor()};
+}
+
+// Eager attention of one sequence [1, heads, T, hd] each, no mask.
+at::Tensor EagerAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t hd,
+                          at::ScalarType dt) {
+  at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(double(hd)));
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(dt);
+  return at::matmul(probs, v).transpose(1, 2).contiguous();
+}
+
+class QwenRun : public TowerRun {
+ public:
+  QwenRun(const QwenVision& v, const Weights& W, int64_t images) : v_(v), B_(images), dt_(W.dtype) {
+    const int64_t H = v.hidden, M = H * v.merge * v.merge;
+    auto merger = [&](bool postshuffle) {
+      return Merger{MakeLayerNorm(W, postshuffle ? M : H), MakeLinear(W, M, M), MakeLinear(W, M, v.out_hidden)};
+    };
+    patch_w_ = W({H, v.channels, v.temporal, v.patch, v.patch}), patch_b_ = W({H});
+    pos_table_ = W({v.positions, H});
+    blocks_.resize(static_cast<size_t>(v.built));
+    for (Block& b : blocks_) {
+      b.norm1 = MakeLayerNorm(W, H);
+      b.norm2 = MakeLayerNorm(W, H);
+      b.qkv = MakeLinear(W, H, 3 * H);
+      b.proj = MakeLinear(W, H, H);
+      b.fc1 = MakeLinear(W, H, v.intermediate);
+      b.fc2 = MakeLinear(W, v.intermediate, H);
+    }
+    merger_ = merger(false);
+    for (size_t i = 0; i < v.deepstack.size(); ++i) deepstack_.push_back(merger(true));
+    // The processor's flattened patches [images * N, C * T * P * P].
+    pixels_ = at::randn({B_ * v.patches, v.channels * v.temporal * v.patch * v.patch}).to(dt_);
+    // The bilinear interpolation's indices and weights (transformers builds
+    // them from Python lists).
+    const int64_t side = v.side, G = v.grid;
+    at::Tensor lin = at::linspace(0, static_cast<double>(side - 1), G, at::kFloat);
+    at::Tensor lo = lin.to(at::kInt).to(at::kLong), hi = (lo + 1).clamp_max(side - 1);
+    at::Tensor d = lin - lo.to(at::kFloat);
+    auto grid_of = [](const at::Tensor& rows, const at::Tensor& cols) { return (rows.unsqueeze(1) * cols.unsqueeze(0)).flatten(); };
+    auto index_of = [&](const at::Tensor& rows, const at::Tensor& cols) {
+      return (rows.unsqueeze(1) * side + cols.unsqueeze(0)).flatten();
+    };
+    interp_idx_ = at::stack({index_of(lo, lo), index_of(lo, hi), index_of(hi, lo), index_of(hi, hi)}).repeat({1, B_});
+    interp_w_ = at::stack({grid_of(1 - d, 1 - d), grid_of(1 - d, d), grid_of(d, 1 - d), grid_of(d, d)})
+                    .repeat({1, B_})
+                    .to(dt_);
+    const int64_t hd = H / v.heads;
+    inv_freq_ = 1.0 / at::pow(10000.0, at::arange(0, hd / 2, 2, at::kFloat) / static_cast<double>(hd / 2));
+  }
+
+  at::Tensor Forward(ModelSession& rec) override {
+    const QwenVision& v = v_;
+    const int64_t H = v.hidden, heads = v.heads, hd = H / heads, N = v.patches, G = v.grid, m = v.merge;
+    const int64_t M = H * m * m;
+    const double eps = 1e-6;
+    at::Tensor x;
+    {
+      ModuleScope s(&rec, "model.visual.patch_embed");
+      x = at::conv3d(pixels_.view({-1, v.channels, v.temporal, v.patch, v.patch}), patch_w_, patch_b_,
+                     {v.temporal, v.patch, v.patch})
+              .view({-1, H});
+    }
+    {
+      ModuleScope s(&rec, "model.visual.pos_embed");
+      at::Tensor pe = at::embedding(pos_table_, interp_idx_) * interp_w_.unsqueeze(-1);
+      pe = pe[0] + pe[1] + pe[2] + pe[3];
+      std::vector<at::Tensor> per_image;
+      for (const at::Tensor& p : pe.split(N)) {
+        per_image.push_back(
+            p.repeat({1, 1}).view({1, G / m, m, G / m, m, -1}).permute({0, 1, 3, 2, 4, 5}).flatten(0, 4));
+      }
+      x = x + at::cat(per_image);
+    }
+    at::Tensor cos, sin;
+    {
+      ModuleScope s(&rec, "model.visual.rotary_pos_emb");
+      at::Tensor table = at::outer(at::arange(G, at::kFloat), inv_freq_);
+      at::Tensor block = at::arange(G / m, at::kLong), intra = at::arange(m, at::kLong);
+      at::Tensor rows = (block.view({-1, 1, 1, 1}) * m + intra.view({1, 1, -1, 1})).expand({G / m, G / m, m, m}).reshape(-1);
+      at::Tensor cols = (block.view({1, -1, 1, 1}) * m + intra.view({1, 1, 1, -1})).expand({G / m, G / m, m, m}).reshape(-1);
+      at::Tensor pos_ids = at::stack({rows, cols}, -1).repeat({B_, 1});
+      at::Tensor rot = table.index({pos_ids}).flatten(1);
+      at::Tensor emb = at::cat({rot, rot}, -1);
+      cos = emb.cos();
+      sin = emb.sin();
+    }
+    auto rope = [&](const at::Tensor& t) {
+      at::Tensor tf = t.to(at::kFloat);
+      return (tf * cos.unsqueeze(-2) + RotateHalf(tf) * sin.unsqueeze(-2)).to(t.scalar_type());
+    };
+    auto run_merger = [&](const Merger& mg, const at::Tensor& h, bool postshuffle) {
+      at::Tensor y = postshuffle ? LayerNorm(h.view({-1, M}), mg.norm, eps) : LayerNorm(h, mg.norm, eps).view({-1, M});
+      return mg.fc2(at::gelu(mg.fc1(y)));
+    };
+    const auto deepstack_runs = DeepstackRuns(v);
+    for (size_t bi = 0; bi < blocks_.size(); ++bi) {
+      const Block& b = blocks_[bi];
+      const std::string path = "model.visual.blocks." + std::to_string(bi);
+      at::Tensor h;
+      {
+        ModuleScope s(&rec, path + ".norm1");
+        h = LayerNorm(x, b.norm1, eps);
+      }
+      {
+        ModuleScope s(&rec, path + ".attn");
+        auto qkv = b.qkv(h).reshape({B_ * N, 3, heads, hd}).permute({1, 0, 2, 3}).unbind(0);
+        at::Tensor q = rope(qkv[0]).transpose(0, 1).unsqueeze(0);
+        at::Tensor k = rope(qkv[1]).transpose(0, 1).unsqueeze(0);
+        at::Tensor val = qkv[2].transpose(0, 1).unsqueeze(0);
+        // One attention per image (cu_seqlens), no mask, not causal.
+        auto qs = q.split(N, 2), ks = k.split(N, 2), vs = val.split(N, 2);
+        std::vector<at::Tensor> outs;
+        for (size_t i = 0; i < qs.size(); ++i) outs.push_back(EagerAttention(qs[i], ks[i], vs[i], hd, dt_));
+        h = b.proj(at::cat(outs, 1).reshape({B_ * N, -1}).contiguous());
+      }
+      {
+        ModuleScope s(&rec, path);
+        x = x + h;
+      }
+      {
+        ModuleScope s(&rec, path + ".norm2");
+        h = LayerNorm(x, b.norm2, eps);
+      }
+      {
+        ModuleScope s(&rec, path + ".mlp");
+        h = b.fc2(Activate(b.fc1(h), v.act));
+      }
+      {
+        ModuleScope s(&rec, path);
+        x = x + h;
+      }
+      for (const auto& [after, which] : deepstack_runs) {
+        if (after != static_cast<int64_t>(bi)) continue;
+        ModuleScope s(&rec, "model.visual.deepstack_merger_list." + std::to_string(which));
+        run_merger(deepstack_[which], x, /*postshuffle=*/true);
+      }
+    }
+    ModuleScope s(&rec, "model.visual.merger");
+    return run_merger(merger_, x, /*postshuffle=*/false);
+  }
+
+ private:
+  struct Merger {
+    Norm norm;
+    Linear fc1, fc2;
+  };
+  QwenVision v_;
+  int64_t B_;
+  at::ScalarType dt_;
+  at::Tensor patch_w_, patch_b_, pos_table_, pixels_, interp_idx_, interp_w_, inv_freq_;
+  std::vector<Block> blocks_;
+  Merger merger_;
+  std::vector<Merger> deepstack_;
+};
+
+// --- Llama 4 (Llama4VisionModel and the multi_modal_projector).
+struct Llama4Vision {
+  int64_t hidden = 0, layers = 0, heads = 0, intermediate = 0, image = 0, patch = 0, channels = 3;
+  int64_t projector_in = 0, projector_out = 0, vision_out = 0, text_hidden = 0;
+  double ratio = 0.5, eps = 1e-5, theta = 10000;
+  bool projector_bias = false;
+  std::string act = "gelu";
+  int64_t grid = 0, patches = 0, tokens = 0, built = 0;
+};
+
+Llama4Vision ReadLlama4Vision(const json& c, int64_t text_hidden, int64_t max_layers, std::string* refusal) {
+  Llama4Vision v;
+  v.hidden = ConfigInt(c, "hidden_size", 768);
+  v.layers = ConfigInt(c, "num_hidden_layers", 34);
+  v.heads = ConfigInt(c, "num_attention_heads", 16);
+  v.intermediate = ConfigInt(c, "intermediate_size", 5632);
+  v.image = ConfigInt(c, "image_size", 448);
+  v.patch = ConfigInt(c, "patch_size", 14);
+  v.channels = ConfigInt(c, "num_channels", 3);
+  v.projector_in = ConfigInt(c, "projector_input_dim", 4096);
+  v.projector_out = ConfigInt(c, "projector_output_dim", 4096);
+  v.vision_out = ConfigInt(c, "vision_output_dim", 7680);
+  v.ratio = ConfigNumber(c, "pixel_shuffle_ratio", 0.5);
+  v.eps = ConfigNumber(c, "norm_eps", 1e-5);
+  v.theta = ConfigNumber(c, "rope_theta", 10000);
+  v.projector_bias = ConfigBool(c, "multi_modal_projector_bias", false);
+  if (auto a = c.find("hidden_act"); a != c.end() && a->is_string()) v.act = NormaliseAct(a->get<std::string>());
+  v.text_hidden = text_hidden;
+  v.built = std::min(v.layers, std::max<int64_t>(1, max_layers));
+  const int64_t hd = v.hidden / std::max<int64_t>(1, v.heads);
+  v.grid = v.patch > 0 ? v.image / v.patch : 0;
+  v.patches = v.grid * v.grid;
+  const double shuffled = double(v.grid) * v.ratio;
+  v.tokens = static_cast<int64_t>(shuffled) * static_cast<int64_t>(shuffled);
+  if (!KnownActivation(v.act)) {
+    *refusal = "activation '" + v.act + "' is not built";
+  } else if (v.hidden % v.heads != 0 || hd % 4 != 0) {
+    *refusal = "head dimension is not a multiple of 4 (2-D complex rotary)";
+  } else if (v.grid <= 0 || v.image % v.patch != 0) {
+    *refusal = "image_size is not a multiple of patch_size";
+  } else if (!(v.ratio > 0 && v.ratio <= 1) || shuffled != std::floor(shuffled) ||
+             std::fabs(double(v.hidden) / (v.ratio * v.ratio) - double(v.intermediate)) > 0.5) {
+    *refusal = "the pixel shuffle does not fit: grid * pixel_shuffle_ratio must be whole and hidden_size / ratio^2 "
+               "must be intermediate_size (the adapter's input)";
+  } else if (v.projector_out != v.vision_out) {
+    *refusal = "projector_output_dim differs from vision_output_dim";
+  }
+  return v;
+}
+
+TowerSpec PlanLlama4(const Llama4Vision& v, double eb, int64_t batch) {
+  TowerSpec t;
+  t.name = "Llama 4";
+  t.depth = v.layers, t.built = v.built, t.tokens = v.tokens, t.out_hidden = v.text_hidden;
+  t.embed_path = "language_model.model.embed_tokens", t.merge_path = "";
+  const double H = double(v.hidden), I = double(v.intermediate), T = double(v.patches + 1), B = double(batch);
+  const double K = double(v.channels * v.patch * v.patch);
+  const double adapter = I * double(v.projector_in) + double(v.projector_in * v.projector_out);
+  const double projector = double(v.vision_out) * double(v.text_hidden);
+  t.weights = K * H + H + T * H + 4.0 * H + (4.0 * H * H + 2.0 * H * I) * double(v.built) + adapter + projector;
+  t.activation_bytes = 4.0 * B * double(v.heads) * T * T + eb * B * T * (6.0 * H + 2.0 * I + K);
+  t.flops = B * (2.0 * T * (4.0 * H * H + 2.0 * H * I) * double(v.built) + 4.0 * T * T * H * double(v.built) +
+                 2.0 * double(v.patches) * K * H + 2.0 * double(v.tokens) * (adapter + projector));
+  t.notes.push_back("image: one " + std::to_string(v.image) + "x" + std::to_string(v.image) +
+                    " tile (the config's image_size; larger images add tiles and a global tile)");
+  t.notes.push_back("vision attention's rotary runs as transformers' complex multiply (view_as_complex)");
+  return t;
+}
+
+class Llama4Run : public TowerRun {
+ public:
+  Llama4Run(const Llama4Vision& v, const Weights& W, int64_t images) : v_(v), B_(images), dt_(W.dtype) {
+    const int64_t H = v.hidden, hd = H / v.heads;
+    patch_ = MakeLinear(W, v.channels * v.patch * v.patch, H, /*bias=*/false);
+    cls_ = W({H});
+    pos_ = W({v.patches + 1, H});
+    pre_ = MakeLayerNorm(W, H);
+    post_ = MakeLayerNorm(W, H);
+    blocks_.resize(static_cast<size_t>(v.built));
+    for (Block& b : blocks_) {
+      b.norm1 = MakeLayerNorm(W, H);
+      b.norm2 = MakeLayerNorm(W, H);
+      b.q = MakeLinear(W, H, H), b.k = MakeLinear(W, H, H), b.v = MakeLinear(W, H, H), b.o = MakeLinear(W, H, H);
+      b.fc1 = MakeLinear(W, H, v.intermediate);
+      b.fc2 = MakeLinear(W, v.intermediate, H);
+    }
+    adapter_fc1_ = MakeLinear(W, v.intermediate, v.projector_in, /*bias=*/false);
+    adapter_fc2_ = MakeLinear(W, v.projector_in, v.projector_out, /*bias=*/false);
+    projector_ = MakeLinear(W, v.vision_out, v.text_hidden, v.projector_bias);
+    pixels_ = at::randn({B_, v.channels, v.image, v.image}).to(dt_);
+    // Llama4VisionRotaryEmbedding's table, built when the module is made:
+    // x and y patch coordinates (the class token last, at 0 frequency).
+    const int64_t n = v.patches, freq_dim = hd / 2;
+    at::Tensor idx = at::cat({at::arange(n, at::kLong), at::full({1}, -2, at::kLong)}).view({-1, 1});
+    at::Tensor fx = at::remainder(idx, v.grid), fy = at::floor_divide(idx, v.grid);
+    at::Tensor freq =
+        1.0 / at::pow(v.theta, at::arange(0, freq_dim, 2, at::kLong).slice(0, 0, freq_dim / 2).to(at::kFloat) / double(freq_dim));
+    at::Tensor freqs_x = ((fx + 1).unsqueeze(-1) * freq.view({1, 1, -1})).repeat_interleave(2, -1);
+    at::Tensor freqs_y = ((fy + 1).unsqueeze(-1) * freq.view({1, 1, -1})).repeat_interleave(2, -1);
+    at::Tensor freqs = at::cat({freqs_x, freqs_y}, -1).to(at::kFloat).contiguous().slice(-1, 0, c10::nullopt, 2);
+    freqs = freqs.masked_fill(idx.view({-1, 1, 1}) < 0, 0);
+    freqs_ci_ = at::view_as_complex(at::stack({at::cos(freqs), at::sin(freqs)}, -1).contiguous());
+  }
+
+  at::Tensor Forward(ModelSession& rec) override {
+    const Llama4Vision& v = v_;
+    const int64_t H = v.hidden, heads = v.heads, hd = H / heads, T = v.patches + 1;
+    at::Tensor x;
+    {
+      ModuleScope s(&rec, "vision_model.patch_embedding");
+      x = patch_(at::im2col(pixels_, {v.patch, v.patch}, {1, 1}, {0, 0}, {v.patch, v.patch}).permute({0, 2, 1}));
+    }
+    {
+      ModuleScope s(&rec, "vision_model");
+      x = at::cat({x, cls_.expand({B_, 1, H})}, 1);
+      x = x.reshape({B_, 1, T, H}) + pos_.to(dt_);
+    }
+    {
+      ModuleScope s(&rec, "vision_model.layernorm_pre");
+      x = LayerNorm(x, pre_, v.eps);
+    }
+    x = x.view({B_, -1, H});
+    // reshape_for_broadcast: [1, T, 1, hd / 2].
+    const at::Tensor freqs = freqs_ci_.view({1, T, 1, hd / 2});
+    auto rope = [&](const at::Tensor& t) {
+      at::Tensor c = at::view_as_complex(t.to(at::kFloat).reshape({B_, T, heads, hd / 2, 2}));
+      return at::view_as_real(c * freqs).flatten(3).to(t.scalar_type());
+    };
+    for (size_t li = 0; li < blocks_.size(); ++li) {
+      const Block& b = blocks_[li];
+      const std::string path = "vision_model.model.layers." + std::to_string(li);
+      at::Tensor h;
+      {
+        ModuleScope s(&rec, path + ".input_layernorm");
+        h = LayerNorm(x, b.norm1, v.eps);
+      }
+      {
+        ModuleScope s(&rec, path + ".self_attn");
+        at::Tensor q = b.q(h).view({B_, T, heads, hd});
+        at::Tensor k = b.k(h).view({B_, T, heads, hd});
+        at::Tensor val = b.v(h).view({B_, T, heads, hd}).transpose(1, 2);
+        q = rope(q).transpose(1, 2);
+        k = rope(k).transpose(1, 2);
+        h = b.o(EagerAttention(q, k, val, hd, dt_).reshape({B_, T, -1}).contiguous());
+      }
+      {
+        ModuleScope s(&rec, path);
+        x = x + h;
+      }
+      {
+        ModuleScope s(&rec, path + ".post_attention_layernorm");
+        h = LayerNorm(x, b.norm2, v.eps);
+      }
+      {
+        ModuleScope s(&rec, path + ".mlp");
+        h = b.fc2(Activate(b.fc1(h), v.act));
+      }
+      ModuleScope s(&rec, path);
+      x = x + h;
+    }
+    {
+      ModuleScope s(&rec, "vision_model.layernorm_post");
+      x = LayerNorm(x, post_, v.eps);
+    }
+    {
+      ModuleScope s(&rec, "vision_model");
+      x = x.slice(1, 0, T - 1);
+    }
+    {
+      // pixel_shuffle, then Llama4VisionMLP2 (GELU after both linears).
+      ModuleScope s(&rec, "vision_model.vision_adapter");
+      const int64_t g = v.grid, c = x.size(-1);
+      const int64_t gs = static_cast<int64_t>(double(g) * v.ratio);
+      at::Tensor y = x.view({B_, g, g, -1});
+      y = y.view({B_, g, gs, static_cast<int64_t>(double(c) / v.ratio)}).permute({0, 2, 1, 3}).contiguous();
+      y = y.view({B_, gs, gs, static_cast<int64_t>(double(c) / (v.ratio * v.ratio))}).permute({0, 2, 1, 3}).contiguous();
+      y = y.view({B_, -1, y.size(-1)});
+      x = at::gelu(adapter_fc2_(at::gelu(adapter_fc1_(y))));
+    }
+    ModuleScope s(&rec, "multi_modal_projector");
+    return projector_(x.view({-1, x.size(-1)}));
+  }
+
+ private:
+  Llama4Vision v_;
+  int64_t B_;
+  at::ScalarType dt_;
+  Linear patch_, adapter_fc1_, adapter_fc2_, projector_;
+  at::Tensor cls_, pos_, pixels_, freqs_ci_;
+  Norm pre_, post_;
+  std::vector<Block> blocks_;
+};
+
+const json& VisionConfigOf(const json& config) {
+  static const json empty = json::object();
+  auto it = config.find("vision_config");
+  return it != config.end() && it->is_object() ? *it : empty;
+}
+
+std::string VisionTypeOf(const json& config) {
+  const json& vc = VisionConfigOf(config);
+  auto it = vc.find("model_type");
+  return it != vc.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+bool IsQwenVl(const selection::Features& f) { return QwenVlTypes().count(f.model_type) > 0; }
+bool IsLlama4(const selection::Features& f, const json& config) {
+  return f.model_type == "llama4" || VisionTypeOf(config) == "llama4_vision_model";
+}
+
+// The tower's spec for `batch` images, or a refusal.
+TowerSpec PlanTower(const selection::Features& f, const json& config, int64_t text_hidden, int64_t max_layers,
+                    double eb, int64_t batch) {
+  std::string refusal;
+  TowerSpec t;
+  if (IsQwenVl(f)) {
+    const QwenVision v = ReadQwenVision(f, VisionConfigOf(config), max_layers, &refusal);
+    if (refusal.empty()) t = PlanQwen(v, eb, batch);
+  } else if (IsLlama4(f, config)) {
+    const Llama4Vision v = ReadLlama4Vision(VisionConfigOf(config), text_hidden, max_layers, &refusal);
+    if (refusal.empty()) t = PlanLlama4(v, eb, batch);
+  } else {
+    std::string type = VisionTypeOf(config);
+    if (type.empty() && config.contains("img_processor")) type = "img_processor (Phi-3-vision's CLIP)";
+    if (type.empty()) type = f.model_type + "'s";
+    refusal = "the " + type + " vision tower and its projector are not built yet (Qwen3-VL, Qwen3.5 and Llama 4 "
+              "towers are)";
+  }
+  t.refusal = refusal;
+  return t;
+}
+
+std::unique_ptr<TowerRun> MakeTower(const selection::Features& f, const json& config, int64_t text_hidden,
+                                    int64_t max_layers, const Weights& W, int64_t images) {
+  std::string refusal;
+  if (IsQwenVl(f)) {
+    const QwenVision v = ReadQwenVision(f, VisionConfigOf(config), max_layers, &refusal);
+    if (refusal.empty()) return std::make_unique<QwenRun>(v, W, images);
+  } else if (IsLlama4(f, config)) {
+    const Llama4Vision v = ReadLlama4Vision(VisionConfigOf(config), text_hidden, max_layers, &refusal);
+    if (refusal.empty()) return std::make_unique<Llama4Run>(v, W, images);
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 BuildPlan PlanMultimodal(const selection::Features& f, const json& config, const CaptureProfile& profile,
@@ -208,15 +656,14 @@ BuildPlan PlanMultimodal(const selection::Features& f, const json& config, const
     return plan;
   };
   const Stage stage = StageOf(profile);
-  const bool qwen_vl = QwenVlTypes().count(f.model_type) > 0;
-  QwenVision v;
-  if (qwen_vl) v = ReadQwenVision(f, config, options.max_layers);
+  const double eb = ElementBytes(profile.dtype);
+  TextTower text = TextTowerOf(f, config);
+  const TowerSpec tower = PlanTower(f, config, text.features.hidden, options.max_layers, eb, profile.batch);
 
   // The text tower first: its reason is the model's when both are missing.
-  TextTower text = TextTowerOf(f, config);
-  BuildPlan text_plan;
   if (stage != Stage::kImage) {
-    text_plan = PlanModel(text.features, text.config, TextProfile(profile, qwen_vl ? v.tokens : 0), options);
+    const BuildPlan text_plan =
+        PlanModel(text.features, text.config, TextProfile(profile, stage == Stage::kPrefill ? tower.tokens : 0), options);
     if (!text_plan.buildable) return refuse("text tower: " + text_plan.reason);
     plan.layers_total = text_plan.layers_total;
     plan.layers_built = text_plan.layers_built;
@@ -231,71 +678,43 @@ BuildPlan PlanMultimodal(const selection::Features& f, const json& config, const
     plan.buildable = true;
     return plan;
   }
-
-  const json* vc = config.contains("vision_config") && config["vision_config"].is_object() ? &config["vision_config"]
-                                                                                          : nullptr;
-  if (!qwen_vl) {
-    std::string type = vc && vc->contains("model_type") && (*vc)["model_type"].is_string()
-                           ? (*vc)["model_type"].get<std::string>()
-                           : std::string();
-    if (type.empty() && config.contains("img_processor")) type = "img_processor (Phi-3-vision's CLIP)";
-    if (type.empty()) type = f.model_type + "'s";
-    return refuse("vision tower: the " + type +
-                  " vision tower and its projector are not built yet (Qwen3-VL and Qwen3.5 towers are)");
-  }
-  if (!v.refusal.empty()) return refuse("vision tower: " + v.refusal);
-  if (stage == Stage::kPrefill && v.out_hidden != text.features.hidden) {
-    return refuse("vision tower: the merger's out_hidden_size " + std::to_string(v.out_hidden) +
-                  " is not the text tower's hidden size " + std::to_string(text.features.hidden));
-  }
+  if (!tower.refusal.empty()) return refuse("vision tower: " + tower.refusal);
   if (!f.quantization.empty()) {
     return refuse("quantized weights (" + f.quantization + ") are not built: their kernels are the quantization library's");
   }
-  const double eb = ElementBytes(profile.dtype);
-  const double B = double(profile.batch), N = double(v.patches), H = double(v.hidden), I = double(v.intermediate);
-  const double M = H * double(v.merge * v.merge);
-  plan.weight_bytes += eb * QwenVisionWeights(v);
-  // The merge's own embedding table (Note [Multimodal text tower] in RunMultimodal).
-  if (stage == Stage::kPrefill) plan.weight_bytes += eb * double(text.features.vocab) * double(text.features.hidden);
-  // Scores in fp32 per image, a few [N, H] / [N, I] intermediates.
-  plan.activation_bytes = std::max(plan.activation_bytes, 4.0 * double(v.heads) * N * N +
-                                                              eb * B * N * (6.0 * H + 2.0 * I +
-                                                                            double(v.channels * v.temporal * v.patch * v.patch)));
-  const double runs = double(1 + DeepstackRuns(v).size());
-  plan.flops += B * (2.0 * N * (4.0 * H * H + 2.0 * H * I) * double(v.built) + 4.0 * N * N * H * double(v.built) +
-                     2.0 * N * double(v.channels * v.temporal * v.patch * v.patch) * H +
-                     runs * 2.0 * double(v.tokens) * (M * M + M * double(v.out_hidden)));
+  if (stage == Stage::kPrefill && tower.out_hidden != text.features.hidden) {
+    return refuse("vision tower: its features' width " + std::to_string(tower.out_hidden) +
+                  " is not the text tower's hidden size " + std::to_string(text.features.hidden));
+  }
+  plan.weight_bytes += eb * tower.weights;
+  plan.activation_bytes = std::max(plan.activation_bytes, tower.activation_bytes);
+  plan.flops += tower.flops;
   if (stage == Stage::kImage) {
-    plan.layers_total = v.depth;
-    plan.layers_built = v.built;
-    plan.notes.push_back("image: the vision tower and its merger only, on " + std::to_string(profile.batch) +
+    plan.layers_total = tower.depth;
+    plan.layers_built = tower.built;
+    plan.notes.push_back("image: the vision tower and its projector only, on " + std::to_string(profile.batch) +
                          " image(s)");
   } else {
-    plan.notes.push_back("vision tower: " + std::to_string(v.built) + " of " + std::to_string(v.depth) +
+    // The merge's own embedding table (the text tower makes its own).
+    plan.weight_bytes += eb * double(text.features.vocab) * double(text.features.hidden);
+    plan.notes.push_back("vision tower: " + std::to_string(tower.built) + " of " + std::to_string(tower.depth) +
                          " blocks built (blocks repeat)");
     plan.notes.push_back("prefill: " + std::to_string(profile.batch) + " sequence(s) of " +
-                         std::to_string(profile.seq_len) + " text tokens and one image's " + std::to_string(v.tokens) +
-                         " tokens each");
+                         std::to_string(profile.seq_len) + " text tokens and one image's " +
+                         std::to_string(tower.tokens) + " tokens each");
     plan.notes.push_back(
         "image features are merged (masked_scatter) before the text tower; the text tower embeds the token ids "
         "itself, so its embedding repeats the merge's and the merged embeddings do not reach it (nor, in training, "
         "its gradients the vision tower)");
-    plan.notes.push_back("text tower module paths are its family's (layers.N...), without transformers' "
-                         "model.language_model. prefix");
-    if (!v.deepstack.empty()) {
+    plan.notes.push_back("text tower module paths are its family's (layers.N...), without transformers' prefix (" +
+                         tower.embed_path.substr(0, tower.embed_path.rfind("embed_tokens")) + ")");
+    if (IsQwenVl(f) && VisionConfigOf(config).value("deepstack_visual_indexes", json::array()).size() > 0) {
       plan.notes.push_back(
           "deepstack: the deepstack mergers run; adding their features to the image tokens' hidden states after "
           "the first text layers (an index_put per layer) is not done");
     }
   }
-  plan.notes.push_back("image: " + std::to_string(v.grid * v.patch) + "x" + std::to_string(v.grid * v.patch) +
-                       " pixels, one frame repeated over temporal_patch_size " + std::to_string(v.temporal) +
-                       " (the position table's " + std::to_string(v.grid) + "x" + std::to_string(v.grid) +
-                       " grid; the processor resizes images dynamically)");
-  if (!v.deepstack.empty() && DeepstackRuns(v).front().first != v.deepstack.front()) {
-    plan.notes.push_back("deepstack merger of block " + std::to_string(v.deepstack.front()) +
-                         " runs after the last built block");
-  }
+  for (const std::string& n : tower.notes) plan.notes.push_back("vision tower (" + tower.name + "): " + n);
   if (plan.weight_bytes + plan.activation_bytes > options.max_bytes) {
     return refuse("needs about " + Gb(plan.weight_bytes + plan.activation_bytes) + " GB with the vision tower, over the " +
                   Gb(options.max_bytes) + " GB budget");
@@ -308,188 +727,52 @@ Status RunMultimodal(const selection::Features& f, const BuildPlan& plan, const 
                      ModelSession& rec, uint64_t seed) {
   if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
   const Stage stage = StageOf(profile);
-  const bool qwen_vl = QwenVlTypes().count(f.model_type) > 0;
-  QwenVision v;
-  if (qwen_vl) v = ReadQwenVision(f, plan.config, plan.layers_built);
-  if (stage != Stage::kImage && qwen_vl) {
-    // The vision tower builds as many blocks as the text tower.
-    v.built = std::min(v.depth, plan.layers_built);
-  }
   TextTower text = TextTowerOf(f, plan.config);
+  // The vision tower builds as many blocks as the text tower (or, for an
+  // image profile, the plan's).
+  const TowerSpec tower = PlanTower(f, plan.config, text.features.hidden, plan.layers_built, 1.0, profile.batch);
   BuildPlan text_plan;
-  const CaptureProfile text_profile = TextProfile(profile, qwen_vl ? v.tokens : 0);
+  const CaptureProfile text_profile = TextProfile(profile, tower.tokens);
   if (stage != Stage::kImage) {
     text_plan = PlanModel(text.features, text.config, text_profile, BuildOptions{plan.layers_built, 1e300});
     if (!text_plan.buildable) return Status::InvalidArgument("text tower is not buildable: " + text_plan.reason);
   }
   if (stage == Stage::kDecode) return RunFamily(text.features, text_plan, text_profile, rec, seed);
-  if (!qwen_vl || !v.refusal.empty()) return Status::InvalidArgument("vision tower is not buildable");
+  if (!tower.refusal.empty()) return Status::InvalidArgument("vision tower is not buildable: " + tower.refusal);
 
   try {
     at::manual_seed(seed);
     const at::ScalarType dt = ToScalarType(profile.dtype);
     const Weights W{dt, &rec};
-    const int64_t B = profile.batch, H = v.hidden, heads = v.heads, hd = H / heads, N = v.patches;
-    const int64_t M = H * v.merge * v.merge, C = v.channels, T = v.temporal, P = v.patch, G = v.grid, m = v.merge;
-    const double eps = 1e-6;
-    struct Block {
-      Norm norm1, norm2;
-      Linear qkv, proj, fc1, fc2;
-    };
-    struct Merger {
-      Norm norm;
-      Linear fc1, fc2;
-    };
-    auto linear = [&](int64_t in, int64_t out) { return Linear{W({out, in}), W({out})}; };
-    auto merger = [&](bool postshuffle) {
-      return Merger{MakeLayerNorm(W, postshuffle ? M : H), linear(M, M), linear(M, v.out_hidden)};
-    };
-    at::Tensor patch_w = W({H, C, T, P, P}), patch_b = W({H});
-    at::Tensor pos_table = W({v.positions, H});
-    std::vector<Block> blocks(static_cast<size_t>(v.built));
-    for (Block& b : blocks) {
-      b.norm1 = MakeLayerNorm(W, H);
-      b.norm2 = MakeLayerNorm(W, H);
-      b.qkv = linear(H, 3 * H);
-      b.proj = linear(H, H);
-      b.fc1 = linear(H, v.intermediate);
-      b.fc2 = linear(v.intermediate, H);
-    }
-    Merger main_merger = merger(false);
-    std::vector<Merger> deepstack;
-    for (size_t i = 0; i < v.deepstack.size(); ++i) deepstack.push_back(merger(true));
-    // Inputs: the processor's flattened patches [images * N, C * T * P * P].
-    at::Tensor pixels = at::randn({B * N, C * T * P * P}).to(dt);
-    // The bilinear interpolation's indices and weights (transformers builds
-    // them as Python lists, then tensors): the grid equals the table's.
-    const int64_t side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(v.positions))));
-    at::Tensor lin = at::linspace(0, static_cast<double>(side - 1), G, at::kFloat);
-    at::Tensor floor_i = lin.to(at::kInt).to(at::kLong), ceil_i = (floor_i + 1).clamp_max(side - 1);
-    at::Tensor d = lin - floor_i.to(at::kFloat);
-    at::Tensor idx = at::stack({(floor_i.unsqueeze(1) * side + floor_i.unsqueeze(0)).flatten(),
-                                (floor_i.unsqueeze(1) * side + ceil_i.unsqueeze(0)).flatten(),
-                                (ceil_i.unsqueeze(1) * side + floor_i.unsqueeze(0)).flatten(),
-                                (ceil_i.unsqueeze(1) * side + ceil_i.unsqueeze(0)).flatten()})
-                         .repeat({1, B});
-    at::Tensor wts = at::stack({((1 - d).unsqueeze(1) * (1 - d).unsqueeze(0)).flatten(),
-                                ((1 - d).unsqueeze(1) * d.unsqueeze(0)).flatten(),
-                                (d.unsqueeze(1) * (1 - d).unsqueeze(0)).flatten(), (d.unsqueeze(1) * d.unsqueeze(0)).flatten()})
-                         .repeat({1, B})
-                         .to(dt);
-    at::Tensor inv_freq = 1.0 / at::pow(10000.0, at::arange(0, hd / 2, 2, at::kFloat) / static_cast<double>(hd / 2));
+    const int64_t B = profile.batch;
+    std::unique_ptr<TowerRun> run = MakeTower(f, plan.config, text.features.hidden, plan.layers_built, W, B);
+    if (!run) return Status::Internal("no vision tower for " + f.model_type);
     const int64_t S = text_profile.seq_len, vocab = text.features.vocab;
-    int64_t image_token = ConfigInt(plan.config, "image_token_id", vocab - 1);
-    if (image_token >= vocab) image_token = vocab - 1;
-    at::Tensor ids;
+    at::Tensor embed, ids;
+    int64_t image_token = 0;
     if (stage == Stage::kPrefill) {
-      // Text tokens (never the image token), then each image's tokens after the first one.
-      ids = at::randint(0, std::max<int64_t>(1, vocab - 1), {B, S}, at::kLong);
-      ids = at::where(ids == image_token, at::full_like(ids, vocab - 1 == image_token ? 0 : vocab - 1), ids);
-      ids.slice(1, 1, 1 + v.tokens).fill_(image_token);
+      embed = W({vocab, text.features.hidden});
+      image_token = ConfigInt(plan.config, "image_token_id", ConfigInt(plan.config, "image_token_index", vocab - 1));
+      if (image_token >= vocab) image_token = vocab - 1;
+      // Text tokens (never the image token), each image's tokens after the first one.
+      const int64_t other = image_token == vocab - 1 ? 0 : vocab - 1;
+      ids = at::randint(0, vocab, {B, S}, at::kLong);
+      ids = at::where(ids == image_token, at::full_like(ids, other), ids);
+      ids.slice(1, 1, 1 + tower.tokens).fill_(image_token);
     }
-    at::Tensor embed = stage == Stage::kPrefill ? W({vocab, text.features.hidden}) : at::Tensor();
 
     at::Tensor features;
     {
       c10::InferenceMode guard(!rec.training);
       rec.Start();
-      at::Tensor x;
-      {
-        ModuleScope s(&rec, "model.visual.patch_embed");
-        x = at::conv3d(pixels.view({-1, C, T, P, P}), patch_w, patch_b, {T, P, P}).view({-1, H});
-      }
-      {
-        ModuleScope s(&rec, "model.visual.pos_embed");
-        at::Tensor pe = at::embedding(pos_table, idx) * wts.unsqueeze(-1);
-        pe = pe[0] + pe[1] + pe[2] + pe[3];
-        std::vector<at::Tensor> per_image;
-        for (const at::Tensor& p : pe.split(N)) {
-          per_image.push_back(p.repeat({1, 1}).view({1, G / m, m, G / m, m, -1}).permute({0, 1, 3, 2, 4, 5}).flatten(0, 4));
-        }
-        x = x + at::cat(per_image);
-      }
-      at::Tensor cos, sin;
-      {
-        ModuleScope s(&rec, "model.visual.rotary_pos_emb");
-        at::Tensor table = at::outer(at::arange(G, at::kFloat), inv_freq);
-        at::Tensor rows = (at::arange(G / m, at::kLong).view({-1, 1, 1, 1}) * m + at::arange(m, at::kLong).view({1, 1, -1, 1}))
-                              .expand({G / m, G / m, m, m})
-                              .reshape(-1);
-        at::Tensor cols = (at::arange(G / m, at::kLong).view({1, -1, 1, 1}) * m + at::arange(m, at::kLong).view({1, 1, 1, -1}))
-                              .expand({G / m, G / m, m, m})
-                              .reshape(-1);
-        at::Tensor pos_ids = at::stack({rows, cols}, -1).repeat({B, 1});
-        at::Tensor rot = table.index({pos_ids}).flatten(1);
-        at::Tensor emb = at::cat({rot, rot}, -1);
-        cos = emb.cos();
-        sin = emb.sin();
-      }
-      auto vision_rope = [&](const at::Tensor& t) {
-        at::Tensor tf = t.to(at::kFloat);
-        return (tf * cos.unsqueeze(-2) + RotateHalf(tf) * sin.unsqueeze(-2)).to(t.scalar_type());
-      };
-      const std::vector<std::pair<int64_t, size_t>> deepstack_runs = DeepstackRuns(v);
-      auto run_merger = [&](const Merger& mg, const at::Tensor& h, bool postshuffle) {
-        at::Tensor y = postshuffle ? LayerNorm(h.view({-1, M}), mg.norm, eps) : LayerNorm(h, mg.norm, eps).view({-1, M});
-        return mg.fc2(at::gelu(mg.fc1(y)));
-      };
-      for (size_t bi = 0; bi < blocks.size(); ++bi) {
-        const Block& b = blocks[bi];
-        const std::string path = "model.visual.blocks." + std::to_string(bi);
-        at::Tensor h;
-        {
-          ModuleScope s(&rec, path + ".norm1");
-          h = LayerNorm(x, b.norm1, eps);
-        }
-        {
-          ModuleScope s(&rec, path + ".attn");
-          auto qkv = b.qkv(h).reshape({B * N, 3, heads, hd}).permute({1, 0, 2, 3}).unbind(0);
-          at::Tensor q = vision_rope(qkv[0]).transpose(0, 1).unsqueeze(0);
-          at::Tensor k = vision_rope(qkv[1]).transpose(0, 1).unsqueeze(0);
-          at::Tensor val = qkv[2].transpose(0, 1).unsqueeze(0);
-          // Eager attention per image (cu_seqlens): no mask, not causal.
-          auto qs = q.split(N, 2), ks = k.split(N, 2), vs = val.split(N, 2);
-          std::vector<at::Tensor> outs;
-          for (size_t i = 0; i < qs.size(); ++i) {
-            at::Tensor scores = at::matmul(qs[i], ks[i].transpose(2, 3)) * (1.0 / std::sqrt(double(hd)));
-            at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(dt);
-            outs.push_back(at::matmul(probs, vs[i]).transpose(1, 2).contiguous());
-          }
-          h = b.proj(at::cat(outs, 1).reshape({B * N, -1}).contiguous());
-        }
-        {
-          ModuleScope s(&rec, path);
-          x = x + h;
-        }
-        {
-          ModuleScope s(&rec, path + ".norm2");
-          h = LayerNorm(x, b.norm2, eps);
-        }
-        {
-          ModuleScope s(&rec, path + ".mlp");
-          h = b.fc2(Activate(b.fc1(h), v.act));
-        }
-        {
-          ModuleScope s(&rec, path);
-          x = x + h;
-        }
-        for (const auto& [after, which] : deepstack_runs) {
-          if (after != static_cast<int64_t>(bi)) continue;
-          ModuleScope s(&rec, "model.visual.deepstack_merger_list." + std::to_string(which));
-          run_merger(deepstack[which], x, /*postshuffle=*/true);
-        }
-      }
-      {
-        ModuleScope s(&rec, "model.visual.merger");
-        features = run_merger(main_merger, x, /*postshuffle=*/false);
-      }
+      features = run->Forward(rec);
       if (stage == Stage::kPrefill) {
         at::Tensor inputs;
         {
-          ModuleScope s(&rec, "model.language_model.embed_tokens");
+          ModuleScope s(&rec, tower.embed_path);
           inputs = at::embedding(embed, ids);
         }
-        ModuleScope s(&rec, "model");
+        ModuleScope s(&rec, tower.merge_path);
         at::Tensor image_mask = (ids == image_token).unsqueeze(-1).expand_as(inputs);
         inputs = inputs.masked_scatter(image_mask, features.to(inputs.scalar_type()));
         features = inputs;

@@ -158,11 +158,48 @@ TEST(ModelMultimodal, PlanReportsTheTextTowersReasonWhenItIsNotBuildable) {
   EXPECT_EQ(PlanModel(qwen35, ConfigOf("Qwen/Qwen3.5-27B"), Prefill(16), BuildOptions{1, 1e18}).reason,
             "text tower: the hybrid structure is not built yet");
   // A vision tower that is not built says so, after a buildable text tower.
-  const selection::Features llama4 = FeaturesOf("meta-llama/Llama-4-Scout-17B-16E-Instruct");
-  const BuildPlan plan = PlanModel(llama4, ConfigOf("meta-llama/Llama-4-Scout-17B-16E-Instruct"), Prefill(16),
-                                   BuildOptions{1, 1e18});
+  const selection::Features gemma4 = FeaturesOf("google/gemma-4-26B-A4B");
+  const BuildPlan plan = PlanModel(gemma4, ConfigOf("google/gemma-4-26B-A4B"), Prefill(16), BuildOptions{1, 1e18});
   EXPECT_FALSE(plan.buildable);
-  EXPECT_FALSE(plan.reason.empty());
+  EXPECT_EQ(plan.reason.rfind("vision tower: the gemma4_vision vision tower", 0), 0u) << plan.reason;
+  // Decode needs the text tower only.
+  EXPECT_TRUE(PlanModel(gemma4, ConfigOf("google/gemma-4-26B-A4B"), Decode(), BuildOptions{1, 1e18}).buildable);
+}
+
+TEST(ModelMultimodal, Llama4VisionTowerUnfoldsPatchesRotatesComplexAndShufflesPixels) {
+  constexpr const char* kScout = "meta-llama/Llama-4-Scout-17B-16E-Instruct";
+  // Prefill plans both towers: 336 / 14 = 24 x 24 patches, shuffled by 0.5 to 144 tokens.
+  const BuildPlan prefill = PlanModel(FeaturesOf(kScout), ConfigOf(kScout), Prefill(16), BuildOptions{1, 1e18});
+  ASSERT_TRUE(prefill.buildable) << prefill.reason;
+  EXPECT_TRUE(std::any_of(prefill.notes.begin(), prefill.notes.end(),
+                          [](const std::string& n) { return n.find("144 tokens") != std::string::npos; }));
+  // The image profile runs the vision tower and the projector (the text
+  // tower's experts would make a prefill test slow).
+  CaptureProfile image = Prefill(0);
+  image.name = "image";
+  const MultimodalRun run = BuildAndRun(kScout, image);
+  ASSERT_TRUE(run.plan.buildable);
+  EXPECT_EQ(run.plan.layers_total, 34);
+  bool unfold = false;
+  for (const auto& c : run.calls) {
+    if (c.op_case.op != "aten::im2col") continue;
+    unfold = true;
+    EXPECT_EQ(c.module_path, "vision_model.patch_embedding");
+    EXPECT_EQ(c.op_case.args.at(0).tensor.shape, (std::vector<int64_t>{1, 3, 336, 336}));
+  }
+  EXPECT_TRUE(unfold);
+  EXPECT_TRUE(run.Has("aten::view_as_complex", "vision_model.model.layers.0.self_attn"));
+  EXPECT_TRUE(run.Has("aten::view_as_real", "vision_model.model.layers.0.self_attn"));
+  EXPECT_TRUE(run.Has("aten::layer_norm", "vision_model.layernorm_pre"));
+  EXPECT_TRUE(run.Has("aten::gelu", "vision_model.vision_adapter"));
+  std::set<std::vector<int64_t>> projector;
+  for (const auto& c : run.calls) {
+    if (c.op_case.op == "aten::linear" && c.module_path == "multi_modal_projector") {
+      projector.insert(c.op_case.args.at(0).tensor.shape);
+      projector.insert(c.op_case.args.at(1).tensor.shape);
+    }
+  }
+  EXPECT_EQ(projector, (std::set<std::vector<int64_t>>{{144, 4096}, {5120, 4096}}));
 }
 
 TEST(ModelMultimodal, TrainingSessionReusesVisionAndTextWeightsInOrder) {
