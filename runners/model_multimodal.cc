@@ -592,6 +592,246 @@ class Llama4Run : public TowerRun {
   std::vector<Block> blocks_;
 };
 
+// --- Gemma 4 (Gemma4VisionModel and embed_vision).
+struct Gemma4Vision {
+  int64_t hidden = 1152, layers = 27, heads = 16, kv_heads = 16, head_dim = 72, intermediate = 4304, patch = 16;
+  int64_t pool = 3, position_table = 10240, soft_tokens = 280, text_hidden = 0;
+  double eps = 1e-6, theta = 100;
+  bool standardize = false, clipped = false;
+  std::string act = "gelu_tanh";
+  int64_t side = 0, max_patches = 0, patches = 0, tokens = 0, built = 0;
+};
+
+Gemma4Vision ReadGemma4Vision(const json& config, const json& c, int64_t text_hidden, int64_t max_layers,
+                              std::string* refusal) {
+  Gemma4Vision v;
+  v.hidden = ConfigInt(c, "hidden_size", v.hidden);
+  v.layers = ConfigInt(c, "num_hidden_layers", v.layers);
+  v.heads = ConfigInt(c, "num_attention_heads", v.heads);
+  v.kv_heads = ConfigInt(c, "num_key_value_heads", v.heads);
+  v.head_dim = ConfigInt(c, "head_dim", v.hidden / std::max<int64_t>(1, v.heads));
+  v.intermediate = ConfigInt(c, "intermediate_size", v.intermediate);
+  v.patch = ConfigInt(c, "patch_size", v.patch);
+  v.pool = ConfigInt(c, "pooling_kernel_size", v.pool);
+  v.position_table = ConfigInt(c, "position_embedding_size", v.position_table);
+  v.soft_tokens = ConfigInt(config, "vision_soft_tokens_per_image", ConfigInt(c, "default_output_length", 280));
+  v.eps = ConfigNumber(c, "rms_norm_eps", v.eps);
+  if (auto r = c.find("rope_parameters"); r != c.end() && r->is_object()) v.theta = ConfigNumber(*r, "rope_theta", v.theta);
+  v.standardize = ConfigBool(c, "standardize", false);
+  v.clipped = ConfigBool(c, "use_clipped_linears", false);
+  for (const char* key : {"hidden_activation", "hidden_act"}) {
+    if (auto a = c.find(key); a != c.end() && a->is_string()) {
+      v.act = NormaliseAct(a->get<std::string>());
+      break;
+    }
+  }
+  v.text_hidden = text_hidden;
+  v.built = std::min(v.layers, std::max<int64_t>(1, max_layers));
+  // The processor: a square image of the largest grid (a multiple of the
+  // pooling kernel) within soft_tokens * k^2 patches, padded to that many.
+  v.max_patches = v.soft_tokens * v.pool * v.pool;
+  v.side = static_cast<int64_t>(std::sqrt(static_cast<double>(v.max_patches))) / v.pool * v.pool;
+  v.patches = v.side * v.side;
+  v.tokens = (v.side / std::max<int64_t>(1, v.pool)) * (v.side / std::max<int64_t>(1, v.pool));
+  if (!KnownActivation(v.act)) {
+    *refusal = "activation '" + v.act + "' is not built";
+  } else if (v.heads % v.kv_heads != 0 || v.head_dim % 4 != 0) {
+    *refusal = "heads not a multiple of the KV heads, or head_dim not a multiple of 4 (2-D rotary halves)";
+  } else if (v.side <= 0 || v.side > v.position_table) {
+    *refusal = "the patch grid does not fit the position table";
+  }
+  return v;
+}
+
+TowerSpec PlanGemma4(const Gemma4Vision& v, double eb, int64_t batch) {
+  TowerSpec t;
+  t.name = "Gemma 4";
+  t.depth = v.layers, t.built = v.built, t.tokens = v.tokens, t.out_hidden = v.text_hidden;
+  t.embed_path = "model.language_model.embed_tokens", t.merge_path = "model";
+  const double H = double(v.hidden), I = double(v.intermediate), T = double(v.max_patches), B = double(batch);
+  const double K = 3.0 * double(v.patch * v.patch), hd = double(v.head_dim);
+  const double attn = H * hd * double(2 * v.heads + 2 * v.kv_heads);
+  t.weights = K * H + 2.0 * double(v.position_table) * H + (attn + 3.0 * H * I + 5.0 * H) * double(v.built) +
+              2.0 * H + H * double(v.text_hidden);
+  // The position lookup is a one-hot matmul: [B, 2, T, table] in the model dtype.
+  t.activation_bytes = eb * B * 2.0 * T * double(v.position_table) + 4.0 * B * double(v.heads) * T * T +
+                       eb * B * T * (8.0 * H + 3.0 * I + K);
+  t.flops = B * (2.0 * T * K * H + 4.0 * T * double(v.position_table) * H +
+                 2.0 * T * (attn + 3.0 * H * I) * double(v.built) + 4.0 * T * T * hd * double(v.heads * v.built) +
+                 2.0 * T * double(v.soft_tokens) * H + 2.0 * double(v.tokens) * H * double(v.text_hidden));
+  t.notes.push_back("image: " + std::to_string(v.side * v.patch) + "x" + std::to_string(v.side * v.patch) +
+                    " pixels, " + std::to_string(v.patches) + " patches padded to " + std::to_string(v.max_patches) +
+                    " (vision_soft_tokens_per_image x pooling_kernel_size^2), pooled to " +
+                    std::to_string(v.tokens) + " soft tokens");
+  t.notes.push_back("the encoder's bidirectional padding mask is built as an additive mask (where over the key padding)");
+  return t;
+}
+
+class Gemma4Run : public TowerRun {
+ public:
+  Gemma4Run(const Gemma4Vision& v, const Weights& W, int64_t images) : v_(v), B_(images), dt_(W.dtype) {
+    const int64_t H = v.hidden, hd = v.head_dim;
+    input_proj_ = W({H, 3 * v.patch * v.patch});
+    table_ = W({2, v.position_table, H});
+    blocks_.resize(static_cast<size_t>(v.built));
+    for (G4Block& b : blocks_) {
+      for (at::Tensor* n : {&b.ln_in, &b.ln_post_attn, &b.ln_pre_ff, &b.ln_post_ff}) *n = W.Ones({H});
+      b.q = W({v.heads * hd, H}), b.k = W({v.kv_heads * hd, H}), b.v = W({v.kv_heads * hd, H});
+      b.o = W({H, v.heads * hd});
+      b.q_norm = W.Ones({hd}), b.k_norm = W.Ones({hd});
+      b.gate = W({v.intermediate, H}), b.up = W({v.intermediate, H}), b.down = W({H, v.intermediate});
+    }
+    if (v.standardize) std_bias_ = W.Zeros({H}), std_scale_ = W.Ones({H});
+    projection_ = W({v.text_hidden, H});
+    // The processor's patches in [0, 1] and their (x, y) positions; padding
+    // patches sit at (-1, -1).
+    pixels_ = at::rand({B_, v.max_patches, 3 * v.patch * v.patch}).to(dt_);
+    at::Tensor grid = at::arange(v.side, at::kLong);
+    at::Tensor xy = at::stack({grid.repeat({v.side}), grid.repeat_interleave(v.side)}, -1);
+    at::Tensor pad = at::full({v.max_patches - v.patches, 2}, -1, at::kLong);
+    positions_ = at::cat({xy, pad}).unsqueeze(0).repeat({B_, 1, 1});
+    const int64_t spatial = hd / 2;
+    inv_freq_ = 1.0 / at::pow(v.theta, at::arange(0, spatial, 2, at::kLong).to(at::kFloat) / double(spatial));
+  }
+
+  at::Tensor Forward(ModelSession& rec) override {
+    const Gemma4Vision& v = v_;
+    const int64_t H = v.hidden, hd = v.head_dim, T = v.max_patches, rep = v.heads / v.kv_heads, k = v.pool;
+    // Gemma4RMSNorm: fp32, pow(-0.5), optional scale, back to the input dtype.
+    auto rms = [&](const at::Tensor& x, const at::Tensor& w) {
+      at::Tensor h = x.to(at::kFloat);
+      h = h * at::pow(h.pow(2).mean({-1}, /*keepdim=*/true) + v.eps, -0.5);
+      if (w.defined()) h = h * w.to(at::kFloat);
+      return h.to(x.scalar_type());
+    };
+    auto linear = [&](const at::Tensor& x, const at::Tensor& w) {
+      // Gemma4ClippableLinear: clamps to buffers of +-inf when clipped.
+      if (!v.clipped) return at::linear(x, w);
+      const double inf = std::numeric_limits<double>::infinity();
+      return at::clamp(at::linear(at::clamp(x, -inf, inf), w), -inf, inf);
+    };
+    at::Tensor padding, x;
+    {
+      ModuleScope s(&rec, "model.vision_tower");
+      padding = (positions_ == -1).all(-1);
+    }
+    {
+      ModuleScope s(&rec, "model.vision_tower.patch_embedder");
+      at::Tensor h = at::linear((pixels_ - 0.5) * 2, input_proj_);
+      at::Tensor one_hot = at::one_hot(positions_.clamp_min(0), v.position_table).permute({0, 2, 1, 3}).to(dt_);
+      at::Tensor pe = at::matmul(one_hot, table_).sum(1);
+      pe = at::where(padding.unsqueeze(-1), at::zeros({}, pe.options()), pe);
+      x = h + pe;
+    }
+    at::Tensor mask, cos, sin;
+    {
+      ModuleScope s(&rec, "model.vision_tower.encoder");
+      mask = at::where((~padding).view({B_, 1, 1, T}), at::zeros({}, x.options()),
+                       at::full({}, Lowest(dt_), x.options()))
+                 .expand({B_, 1, T, T});
+    }
+    {
+      ModuleScope s(&rec, "model.vision_tower.encoder.rotary_emb");
+      at::Tensor inv = inv_freq_.view({1, -1, 1}).expand({B_, -1, 1});
+      std::vector<at::Tensor> coss, sins;
+      for (int64_t d = 0; d < 2; ++d) {
+        at::Tensor p = positions_.select(2, d).unsqueeze(1).to(at::kFloat);
+        at::Tensor freqs = at::matmul(inv, p).transpose(1, 2);
+        at::Tensor emb = at::cat({freqs, freqs}, -1);
+        coss.push_back(emb.cos() * 1.0);
+        sins.push_back(emb.sin() * 1.0);
+      }
+      cos = at::cat(coss, -1).to(dt_);
+      sin = at::cat(sins, -1).to(dt_);
+    }
+    // apply_multidimensional_rope: x and y halves, each rotated by its own half of cos / sin.
+    auto rope = [&](const at::Tensor& t) {
+      auto parts = t.split(hd / 2, -1);
+      auto c = cos.split(hd / 2, -1), sn = sin.split(hd / 2, -1);
+      std::vector<at::Tensor> out;
+      for (size_t i = 0; i < 2; ++i) {
+        out.push_back(parts[i] * c[i].unsqueeze(2) + RotateHalf(parts[i]) * sn[i].unsqueeze(2));
+      }
+      return at::cat(out, -1);
+    };
+    for (size_t li = 0; li < blocks_.size(); ++li) {
+      const G4Block& b = blocks_[li];
+      const std::string path = "model.vision_tower.encoder.layers." + std::to_string(li);
+      at::Tensor h;
+      {
+        ModuleScope s(&rec, path + ".input_layernorm");
+        h = rms(x, b.ln_in);
+      }
+      {
+        ModuleScope s(&rec, path + ".self_attn");
+        at::Tensor q = rope(rms(linear(h, b.q).view({B_, T, -1, hd}), b.q_norm)).transpose(1, 2);
+        at::Tensor kk = rope(rms(linear(h, b.k).view({B_, T, -1, hd}), b.k_norm)).transpose(1, 2);
+        at::Tensor val = rms(linear(h, b.v).view({B_, T, -1, hd}), at::Tensor()).transpose(1, 2);
+        if (rep > 1) {
+          kk = kk.unsqueeze(2).expand({B_, v.kv_heads, rep, T, hd}).reshape({B_, v.heads, T, hd});
+          val = val.unsqueeze(2).expand({B_, v.kv_heads, rep, T, hd}).reshape({B_, v.heads, T, hd});
+        }
+        at::Tensor scores = at::matmul(q, kk.transpose(2, 3)) * 1.0 + mask;
+        at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(dt_);
+        h = linear(at::matmul(probs, val).transpose(1, 2).contiguous().reshape({B_, T, -1}).contiguous(), b.o);
+      }
+      {
+        ModuleScope s(&rec, path + ".post_attention_layernorm");
+        h = rms(h, b.ln_post_attn);
+      }
+      {
+        ModuleScope s(&rec, path);
+        x = x + h;
+      }
+      {
+        ModuleScope s(&rec, path + ".pre_feedforward_layernorm");
+        h = rms(x, b.ln_pre_ff);
+      }
+      {
+        ModuleScope s(&rec, path + ".mlp");
+        h = linear(Activate(linear(h, b.gate), v.act) * linear(h, b.up), b.down);
+      }
+      {
+        ModuleScope s(&rec, path + ".post_feedforward_layernorm");
+        h = rms(h, b.ln_post_ff);
+      }
+      ModuleScope s(&rec, path);
+      x = x + h;
+    }
+    at::Tensor valid;
+    {
+      // Average over k x k patches by position (a one-hot matmul), scale by sqrt(hidden).
+      ModuleScope s(&rec, "model.vision_tower.pooler");
+      x = x.masked_fill(padding.unsqueeze(-1), 0.0);
+      at::Tensor clamped = positions_.clamp_min(0);
+      at::Tensor max_x = std::get<0>(clamped.select(-1, 0).max(-1, /*keepdim=*/true)) + 1;
+      at::Tensor kernel = at::div(clamped, k, "floor");
+      kernel = kernel.select(-1, 0) + at::floor_divide(max_x, k) * kernel.select(-1, 1);
+      at::Tensor weights = at::one_hot(kernel.to(at::kLong), v.soft_tokens).to(at::kFloat) / double(k * k);
+      at::Tensor pooled = at::matmul(weights.transpose(1, 2), x.to(at::kFloat));
+      valid = at::logical_not((weights == 0).all(1));
+      x = pooled.to(dt_) * std::sqrt(double(H));
+    }
+    {
+      ModuleScope s(&rec, "model.vision_tower");
+      x = x.index({valid});
+      if (v.standardize) x = (x - std_bias_) * std_scale_;
+    }
+    ModuleScope s(&rec, "model.embed_vision");
+    return at::linear(rms(x, at::Tensor()), projection_);
+  }
+
+ private:
+  struct G4Block {
+    at::Tensor ln_in, ln_post_attn, ln_pre_ff, ln_post_ff, q, k, v, o, q_norm, k_norm, gate, up, down;
+  };
+  Gemma4Vision v_;
+  int64_t B_;
+  at::ScalarType dt_;
+  at::Tensor input_proj_, table_, std_bias_, std_scale_, projection_, pixels_, positions_, inv_freq_;
+  std::vector<G4Block> blocks_;
+};
+
 const json& VisionConfigOf(const json& config) {
   static const json empty = json::object();
   auto it = config.find("vision_config");
@@ -608,6 +848,9 @@ bool IsQwenVl(const selection::Features& f) { return QwenVlTypes().count(f.model
 bool IsLlama4(const selection::Features& f, const json& config) {
   return f.model_type == "llama4" || VisionTypeOf(config) == "llama4_vision_model";
 }
+bool IsGemma4(const selection::Features& f, const json& config) {
+  return f.model_type == "gemma4" || VisionTypeOf(config) == "gemma4_vision";
+}
 
 // The tower's spec for `batch` images, or a refusal.
 TowerSpec PlanTower(const selection::Features& f, const json& config, int64_t text_hidden, int64_t max_layers,
@@ -620,12 +863,15 @@ TowerSpec PlanTower(const selection::Features& f, const json& config, int64_t te
   } else if (IsLlama4(f, config)) {
     const Llama4Vision v = ReadLlama4Vision(VisionConfigOf(config), text_hidden, max_layers, &refusal);
     if (refusal.empty()) t = PlanLlama4(v, eb, batch);
+  } else if (IsGemma4(f, config)) {
+    const Gemma4Vision v = ReadGemma4Vision(config, VisionConfigOf(config), text_hidden, max_layers, &refusal);
+    if (refusal.empty()) t = PlanGemma4(v, eb, batch);
   } else {
     std::string type = VisionTypeOf(config);
     if (type.empty() && config.contains("img_processor")) type = "img_processor (Phi-3-vision's CLIP)";
     if (type.empty()) type = f.model_type + "'s";
-    refusal = "the " + type + " vision tower and its projector are not built yet (Qwen3-VL, Qwen3.5 and Llama 4 "
-              "towers are)";
+    refusal = "the " + type + " vision tower and its projector are not built yet (Qwen3-VL, Qwen3.5, Llama 4 "
+              "and Gemma 4 towers are)";
   }
   t.refusal = refusal;
   return t;
@@ -640,6 +886,9 @@ std::unique_ptr<TowerRun> MakeTower(const selection::Features& f, const json& co
   } else if (IsLlama4(f, config)) {
     const Llama4Vision v = ReadLlama4Vision(VisionConfigOf(config), text_hidden, max_layers, &refusal);
     if (refusal.empty()) return std::make_unique<Llama4Run>(v, W, images);
+  } else if (IsGemma4(f, config)) {
+    const Gemma4Vision v = ReadGemma4Vision(config, VisionConfigOf(config), text_hidden, max_layers, &refusal);
+    if (refusal.empty()) return std::make_unique<Gemma4Run>(v, W, images);
   }
   return nullptr;
 }
@@ -671,7 +920,11 @@ BuildPlan PlanMultimodal(const selection::Features& f, const json& config, const
     plan.activation_bytes = text_plan.activation_bytes;
     plan.flops = text_plan.flops;
     plan.notes = text.notes;
-    for (const std::string& n : text_plan.notes) plan.notes.push_back("text tower (" + text_plan.family + "): " + n);
+    for (const std::string& n : text_plan.notes) {
+      // PlanModel notes the layers built of the multimodal plan (the text tower's) itself.
+      if (n.find("layers built (layers repeat)") != std::string::npos) continue;
+      plan.notes.push_back("text tower (" + text_plan.family + "): " + n);
+    }
   }
   if (stage == Stage::kDecode) {
     plan.notes.push_back("decode: the text tower only (the image's tokens are already in the KV cache)");
@@ -771,6 +1024,10 @@ Status RunMultimodal(const selection::Features& f, const BuildPlan& plan, const 
         {
           ModuleScope s(&rec, tower.embed_path);
           inputs = at::embedding(embed, ids);
+          // Gemma's embeddings are scaled by sqrt(hidden).
+          if (text.features.model_type.rfind("gemma", 0) == 0) {
+            inputs = inputs * std::sqrt(static_cast<double>(text.features.hidden));
+          }
         }
         ModuleScope s(&rec, tower.merge_path);
         at::Tensor image_mask = (ids == image_token).unsqueeze(-1).expand_as(inputs);

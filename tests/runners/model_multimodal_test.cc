@@ -158,12 +158,36 @@ TEST(ModelMultimodal, PlanReportsTheTextTowersReasonWhenItIsNotBuildable) {
   EXPECT_EQ(PlanModel(qwen35, ConfigOf("Qwen/Qwen3.5-27B"), Prefill(16), BuildOptions{1, 1e18}).reason,
             "text tower: the hybrid structure is not built yet");
   // A vision tower that is not built says so, after a buildable text tower.
-  const selection::Features gemma4 = FeaturesOf("google/gemma-4-26B-A4B");
-  const BuildPlan plan = PlanModel(gemma4, ConfigOf("google/gemma-4-26B-A4B"), Prefill(16), BuildOptions{1, 1e18});
+  constexpr const char* kPhi3v = "microsoft/Phi-3.5-vision-instruct";
+  const BuildPlan plan = PlanModel(FeaturesOf(kPhi3v), ConfigOf(kPhi3v), Prefill(16), BuildOptions{1, 1e18});
   EXPECT_FALSE(plan.buildable);
-  EXPECT_EQ(plan.reason.rfind("vision tower: the gemma4_vision vision tower", 0), 0u) << plan.reason;
+  EXPECT_EQ(plan.reason.rfind("vision tower: the img_processor", 0), 0u) << plan.reason;
   // Decode needs the text tower only.
-  EXPECT_TRUE(PlanModel(gemma4, ConfigOf("google/gemma-4-26B-A4B"), Decode(), BuildOptions{1, 1e18}).buildable);
+  EXPECT_TRUE(PlanModel(FeaturesOf(kPhi3v), ConfigOf(kPhi3v), Decode(), BuildOptions{1, 1e18}).buildable);
+}
+
+TEST(ModelMultimodal, Gemma4VisionTowerEmbedsPositionsByOneHotAndPoolsToSoftTokens) {
+  constexpr const char* kGemma4 = "google/gemma-4-26B-A4B";
+  const BuildPlan prefill = PlanModel(FeaturesOf(kGemma4), ConfigOf(kGemma4), Prefill(16), BuildOptions{1, 1e18});
+  ASSERT_TRUE(prefill.buildable) << prefill.reason;
+  CaptureProfile image = Prefill(0);
+  image.name = "image";
+  const MultimodalRun run = BuildAndRun(kGemma4, image);
+  ASSERT_TRUE(run.plan.buildable);
+  EXPECT_TRUE(run.Noted("pooled to 256 soft tokens"));
+  EXPECT_TRUE(run.Has("aten::one_hot", "model.vision_tower.patch_embedder"));
+  EXPECT_TRUE(run.Has("aten::matmul", "model.vision_tower.patch_embedder"));
+  EXPECT_TRUE(run.Has("aten::linear", "model.vision_tower.encoder.layers.0.self_attn"));
+  EXPECT_TRUE(run.Has("aten::linear", "model.vision_tower.encoder.layers.0.mlp"));
+  EXPECT_TRUE(run.Has("aten::pow", "model.vision_tower.encoder.layers.0.post_feedforward_layernorm"));
+  EXPECT_TRUE(run.Has("aten::matmul", "model.vision_tower.pooler"));
+  bool projected = false;
+  for (const auto& c : run.calls) {
+    if (c.op_case.op != "aten::linear" || c.module_path != "model.embed_vision") continue;
+    projected = true;
+    EXPECT_EQ(c.op_case.args.at(0).tensor.shape, (std::vector<int64_t>{256, 1152}));
+  }
+  EXPECT_TRUE(projected);
 }
 
 TEST(ModelMultimodal, Llama4VisionTowerUnfoldsPatchesRotatesComplexAndShufflesPixels) {
