@@ -128,9 +128,21 @@ std::string NormaliseAct(std::string a) {
 // (Forward, while recording) to the features the text tower takes:
 // [images * tokens, text hidden].
 
+struct TowerSpec;
+
 struct TowerRun {
   virtual ~TowerRun() = default;
+  // Runs before the forward bracket, after the tower's weights are made
+  // (a tower that is another family's plan runs it here).
+  virtual Status RunFirst(ModelSession& /*rec*/, uint64_t /*seed*/) { return Status::Ok(); }
   virtual at::Tensor Forward(ModelSession& rec) = 0;
+  // Embeds `ids` and puts the image features in place of the placeholders:
+  // by default transformers' masked_scatter over ids == image_token.
+  virtual at::Tensor Merge(ModelSession& rec, const at::Tensor& features, const at::Tensor& embed, at::Tensor ids,
+                           int64_t image_token, const TowerSpec& spec);
+  // The placeholder id the processor writes (0: the config's image token).
+  virtual int64_t PlaceholderId() const { return 0; }
+  double embed_scale = 1.0;  // Gemma: sqrt(hidden)
 };
 
 struct TowerSpec {
@@ -144,6 +156,19 @@ struct TowerSpec {
   std::vector<std::string> notes;
   std::string embed_path, merge_path;  // where transformers embeds the ids and merges the features
 };
+
+at::Tensor TowerRun::Merge(ModelSession& rec, const at::Tensor& features, const at::Tensor& embed, at::Tensor ids,
+                          int64_t image_token, const TowerSpec& spec) {
+  at::Tensor inputs;
+  {
+    ModuleScope s(&rec, spec.embed_path);
+    inputs = at::embedding(embed, ids);
+    if (embed_scale != 1.0) inputs = inputs * embed_scale;
+  }
+  ModuleScope s(&rec, spec.merge_path);
+  at::Tensor image_mask = (ids == image_token).unsqueeze(-1).expand_as(inputs);
+  return inputs.masked_scatter(image_mask, features.to(inputs.scalar_type()));
+}
 
 // --- Qwen3-VL / Qwen3.5 (Qwen3VLVisionModel), from vision_config with the
 // defaults of Qwen3VLVisionConfig.
@@ -832,6 +857,162 @@ class Gemma4Run : public TowerRun {
   std::vector<G4Block> blocks_;
 };
 
+// --- Phi-3-vision (remote code: Phi3ImageEmbedding). The CLIP ViT-L/14-336
+// tower is the vision family's (model_vision.cc, through RunFamily); the HD
+// transform, its separators and img_projection are here.
+struct Phi3Vision {
+  int64_t image_dim = 1024, crops_h = 2, crops_w = 2, text_hidden = 0, side = 24;
+  bool sub_glb = true;  // hd_transform_order
+  int64_t crops = 0, tokens = 0;
+  selection::Features clip;
+  json clip_config;
+};
+
+Phi3Vision ReadPhi3Vision(const json& config, int64_t text_hidden, std::string* refusal) {
+  Phi3Vision v;
+  const json ip = config.value("img_processor", json::object());
+  const json embd = config.value("embd_layer", json::object());
+  if (!ip.is_object() || ip.value("model_name", std::string()) != "openai/clip-vit-large-patch14-336") {
+    *refusal = "img_processor other than openai/clip-vit-large-patch14-336 (the only one Phi3ImageEmbedding builds)";
+    return v;
+  }
+  if (!embd.is_object() || !ConfigBool(embd, "use_hd_transform", false) ||
+      !ConfigBool(embd, "with_learnable_separator", false) || embd.value("projection_cls", std::string()) != "mlp") {
+    *refusal = "Phi-3-vision without the HD transform and its MLP projection is not built";
+    return v;
+  }
+  v.image_dim = ConfigInt(ip, "image_dim_out", 1024);
+  v.sub_glb = embd.value("hd_transform_order", std::string("glb_sub")) == "sub_glb";
+  v.text_hidden = text_hidden;
+  // A square image the processor splits into 2 x 2 crops of 336 (num_crops 4),
+  // plus the global crop: (h * w + 1) * 144 + 1 + (h + 1) * 12 tokens.
+  v.crops = v.crops_h * v.crops_w + 1;
+  v.tokens = v.crops * 144 + 1 + (v.crops_h + 1) * 12;
+  // CLIP_VIT_LARGE_PATCH14_336_CONFIG of the remote code.
+  v.clip.model_type = "clip_vision_model";
+  v.clip.architecture = "CLIPVisionModel";
+  v.clip.head = "Model";
+  v.clip.structure = "vision";
+  v.clip.vision = selection::Tower{1024, 24, 16, 4096, 336, 14, 0};
+  v.clip_config = {{"vision_config",
+                    {{"model_type", "clip_vision_model"}, {"hidden_act", "quick_gelu"}, {"layer_norm_eps", 1e-5},
+                     {"image_size", 336}, {"patch_size", 14}, {"num_channels", 3}, {"projection_dim", 768}}}};
+  return v;
+}
+
+CaptureProfile ClipProfile(const CaptureProfile& profile, const Phi3Vision& v) {
+  CaptureProfile p = profile;
+  p.name = "image";
+  p.batch = profile.batch * v.crops;
+  p.seq_len = 0;
+  p.past_len = 0;
+  return p;
+}
+
+TowerSpec PlanPhi3(const Phi3Vision& v, const CaptureProfile& profile, int64_t max_layers) {
+  TowerSpec t;
+  t.name = "Phi-3-vision";
+  const BuildPlan clip = PlanModel(v.clip, v.clip_config, ClipProfile(profile, v), BuildOptions{max_layers, 1e300});
+  if (!clip.buildable) {
+    t.refusal = "its CLIP tower: " + clip.reason;
+    return t;
+  }
+  const double eb = ElementBytes(profile.dtype), C4 = 4.0 * double(v.image_dim), D = double(v.text_hidden);
+  t.depth = clip.layers_total, t.built = clip.layers_built, t.tokens = v.tokens, t.out_hidden = v.text_hidden;
+  t.embed_path = "model.embed_tokens", t.merge_path = "model.vision_embed_tokens";
+  t.weights = clip.weight_bytes / eb + 2.0 * C4 + C4 * D + D * D;
+  t.activation_bytes = clip.activation_bytes + eb * double(profile.batch) * double(v.tokens) * (C4 + 2.0 * D);
+  t.flops = clip.flops + 2.0 * double(profile.batch) * double(v.tokens) * (C4 * D + D * D);
+  t.notes.push_back("the CLIP ViT-L/14-336 tower is the vision family's (its module paths, e.g. encoder.layers.N, "
+                    "without model.vision_embed_tokens.img_processor.vision_model.) on " +
+                    std::to_string(v.crops) + " crops per image (2 x 2 crops of 336 and the global one)");
+  t.notes.push_back("the HD transform reads a stand-in for the tower's hidden_states[-2] of the same shape (the vision "
+                    "family returns the pooled output), so the projected features do not depend on the tower");
+  for (const std::string& n : clip.notes) t.notes.push_back("CLIP: " + n);
+  return t;
+}
+
+class Phi3Run : public TowerRun {
+ public:
+  Phi3Run(const Phi3Vision& v, const CaptureProfile& profile, int64_t max_layers, const Weights& W)
+      : v_(v), profile_(profile), max_layers_(max_layers), B_(profile.batch), dt_(W.dtype) {
+    const int64_t C4 = 4 * v.image_dim, D = v.text_hidden;
+    glb_gn_ = W.Zeros({1, 1, C4});
+    sub_gn_ = W.Zeros({1, 1, 1, C4});
+    fc1_ = MakeLinear(W, C4, D);
+    fc2_ = MakeLinear(W, D, D);
+  }
+
+  Status RunFirst(ModelSession& rec, uint64_t seed) override {
+    const CaptureProfile p = ClipProfile(profile_, v_);
+    const BuildPlan clip = PlanModel(v_.clip, v_.clip_config, p, BuildOptions{max_layers_, 1e300});
+    Status s = RunFamily(v_.clip, clip, p, rec, seed);
+    // The stand-in for hidden_states[-2]: [crops, 1 + 576, 1024].
+    hidden_ = at::randn({B_ * v_.crops, 1 + v_.side * v_.side, v_.image_dim}).to(dt_);
+    return s;
+  }
+
+  at::Tensor Forward(ModelSession& rec) override {
+    const Phi3Vision& v = v_;
+    const int64_t C = v.image_dim, H = v.side, h = v.crops_h, w = v.crops_w, n = h * w;
+    std::vector<at::Tensor> images;
+    ModuleScope scope(&rec, "model.vision_embed_tokens");
+    at::Tensor feats = hidden_.slice(1, 1).view({B_, -1, H * H, C});  // type_feature "patch"
+    for (int64_t b = 0; b < B_; ++b) {
+      at::Tensor glb = feats[b].slice(0, 0, 1).reshape({1, H, H, C}).reshape({1, H / 2, 2, H / 2, 2, C}).contiguous();
+      glb = glb.permute({0, 1, 3, 2, 4, 5}).reshape({1, H / 2, H / 2, 4 * C}).contiguous();
+      glb = at::cat({glb, sub_gn_.repeat({1, H / 2, 1, 1})}, 2).reshape({1, -1, 4 * C});
+      at::Tensor sub = feats[b].slice(0, 1).slice(0, 0, n);
+      sub = sub.reshape({n, H, H, C}).reshape({n, H / 2, 2, H / 2, 2, C}).contiguous();
+      sub = sub.permute({0, 1, 3, 2, 4, 5}).reshape({n, -1, 4 * C}).contiguous();
+      sub = sub.reshape({1, h, w, H / 2, H / 2, -1}).permute({0, 1, 3, 2, 4, 5}).reshape({1, h * (H / 2), w * (H / 2), 4 * C});
+      sub = at::cat({sub, sub_gn_.repeat({1, h * (H / 2), 1, 1})}, 2).reshape({1, -1, 4 * C});
+      images.push_back(v.sub_glb ? at::cat({sub, glb_gn_, glb}, 1) : at::cat({glb, glb_gn_, sub}, 1));
+    }
+    std::vector<at::Tensor> projected;
+    for (const at::Tensor& img : images) {
+      ModuleScope s(&rec, "model.vision_embed_tokens.img_projection");
+      projected.push_back(fc2_(at::gelu(fc1_(img))));
+    }
+    return at::cat(projected, 0);  // [B, tokens, D]
+  }
+
+  at::Tensor Merge(ModelSession& rec, const at::Tensor& features, const at::Tensor& embed, at::Tensor ids,
+                   int64_t /*image_token*/, const TowerSpec& spec) override {
+    // Image placeholders are negative ids; the embedding reads them clamped,
+    // then each image's features are written over its span.
+    ModuleScope scope(&rec, spec.merge_path);
+    at::Tensor positions = at::nonzero((ids < 0) & (ids > -1000000000));
+    ids = ids.clamp_min(0).clamp_max(embed.size(0));
+    at::Tensor hidden;
+    {
+      ModuleScope s(&rec, spec.embed_path);
+      hidden = at::embedding(embed, ids);
+    }
+    if (!rec.training) {
+      for (int64_t b = 0; b < B_; ++b) hidden[b].slice(0, 1, 1 + spec.tokens).copy_(features[b].to(hidden.scalar_type()));
+    } else {
+      // Out of place for autograd: the same spans via index_put.
+      at::Tensor rows = at::arange(1, 1 + spec.tokens, at::kLong);
+      for (int64_t b = 0; b < B_; ++b) {
+        hidden = hidden.index_put({at::full({spec.tokens}, b, at::kLong), rows}, features[b].to(hidden.scalar_type()));
+      }
+    }
+    (void)positions;
+    return hidden;
+  }
+
+  int64_t PlaceholderId() const override { return -1; }
+
+ private:
+  Phi3Vision v_;
+  CaptureProfile profile_;
+  int64_t max_layers_, B_;
+  at::ScalarType dt_;
+  at::Tensor glb_gn_, sub_gn_, hidden_;
+  Linear fc1_, fc2_;
+};
+
 const json& VisionConfigOf(const json& config) {
   static const json empty = json::object();
   auto it = config.find("vision_config");
@@ -848,13 +1029,18 @@ bool IsQwenVl(const selection::Features& f) { return QwenVlTypes().count(f.model
 bool IsLlama4(const selection::Features& f, const json& config) {
   return f.model_type == "llama4" || VisionTypeOf(config) == "llama4_vision_model";
 }
+bool IsPhi3V(const selection::Features& f, const json& config) {
+  return f.model_type == "phi3_v" && config.contains("img_processor");
+}
 bool IsGemma4(const selection::Features& f, const json& config) {
   return f.model_type == "gemma4" || VisionTypeOf(config) == "gemma4_vision";
 }
 
 // The tower's spec for `batch` images, or a refusal.
 TowerSpec PlanTower(const selection::Features& f, const json& config, int64_t text_hidden, int64_t max_layers,
-                    double eb, int64_t batch) {
+                    const CaptureProfile& profile) {
+  const double eb = ElementBytes(profile.dtype);
+  const int64_t batch = profile.batch;
   std::string refusal;
   TowerSpec t;
   if (IsQwenVl(f)) {
@@ -866,19 +1052,24 @@ TowerSpec PlanTower(const selection::Features& f, const json& config, int64_t te
   } else if (IsGemma4(f, config)) {
     const Gemma4Vision v = ReadGemma4Vision(config, VisionConfigOf(config), text_hidden, max_layers, &refusal);
     if (refusal.empty()) t = PlanGemma4(v, eb, batch);
+  } else if (IsPhi3V(f, config)) {
+    const Phi3Vision v = ReadPhi3Vision(config, text_hidden, &refusal);
+    if (refusal.empty()) t = PlanPhi3(v, profile, max_layers);
+    if (refusal.empty()) refusal = t.refusal;
   } else {
     std::string type = VisionTypeOf(config);
     if (type.empty() && config.contains("img_processor")) type = "img_processor (Phi-3-vision's CLIP)";
     if (type.empty()) type = f.model_type + "'s";
-    refusal = "the " + type + " vision tower and its projector are not built yet (Qwen3-VL, Qwen3.5, Llama 4 "
-              "and Gemma 4 towers are)";
+    refusal = "the " + type + " vision tower and its projector are not built yet (Qwen3-VL, Qwen3.5, Llama 4, "
+              "Gemma 4 and Phi-3-vision towers are)";
   }
   t.refusal = refusal;
   return t;
 }
 
 std::unique_ptr<TowerRun> MakeTower(const selection::Features& f, const json& config, int64_t text_hidden,
-                                    int64_t max_layers, const Weights& W, int64_t images) {
+                                    int64_t max_layers, const Weights& W, const CaptureProfile& profile) {
+  const int64_t images = profile.batch;
   std::string refusal;
   if (IsQwenVl(f)) {
     const QwenVision v = ReadQwenVision(f, VisionConfigOf(config), max_layers, &refusal);
@@ -889,6 +1080,9 @@ std::unique_ptr<TowerRun> MakeTower(const selection::Features& f, const json& co
   } else if (IsGemma4(f, config)) {
     const Gemma4Vision v = ReadGemma4Vision(config, VisionConfigOf(config), text_hidden, max_layers, &refusal);
     if (refusal.empty()) return std::make_unique<Gemma4Run>(v, W, images);
+  } else if (IsPhi3V(f, config)) {
+    const Phi3Vision v = ReadPhi3Vision(config, text_hidden, &refusal);
+    if (refusal.empty()) return std::make_unique<Phi3Run>(v, profile, max_layers, W);
   }
   return nullptr;
 }
@@ -907,7 +1101,7 @@ BuildPlan PlanMultimodal(const selection::Features& f, const json& config, const
   const Stage stage = StageOf(profile);
   const double eb = ElementBytes(profile.dtype);
   TextTower text = TextTowerOf(f, config);
-  const TowerSpec tower = PlanTower(f, config, text.features.hidden, options.max_layers, eb, profile.batch);
+  const TowerSpec tower = PlanTower(f, config, text.features.hidden, options.max_layers, profile);
 
   // The text tower first: its reason is the model's when both are missing.
   if (stage != Stage::kImage) {
@@ -983,7 +1177,7 @@ Status RunMultimodal(const selection::Features& f, const BuildPlan& plan, const 
   TextTower text = TextTowerOf(f, plan.config);
   // The vision tower builds as many blocks as the text tower (or, for an
   // image profile, the plan's).
-  const TowerSpec tower = PlanTower(f, plan.config, text.features.hidden, plan.layers_built, 1.0, profile.batch);
+  const TowerSpec tower = PlanTower(f, plan.config, text.features.hidden, plan.layers_built, profile);
   BuildPlan text_plan;
   const CaptureProfile text_profile = TextProfile(profile, tower.tokens);
   if (stage != Stage::kImage) {
@@ -998,8 +1192,9 @@ Status RunMultimodal(const selection::Features& f, const BuildPlan& plan, const 
     const at::ScalarType dt = ToScalarType(profile.dtype);
     const Weights W{dt, &rec};
     const int64_t B = profile.batch;
-    std::unique_ptr<TowerRun> run = MakeTower(f, plan.config, text.features.hidden, plan.layers_built, W, B);
+    std::unique_ptr<TowerRun> run = MakeTower(f, plan.config, text.features.hidden, plan.layers_built, W, profile);
     if (!run) return Status::Internal("no vision tower for " + f.model_type);
+    if (Status first = run->RunFirst(rec, seed); !first.ok() || rec.stopped()) return first;
     const int64_t S = text_profile.seq_len, vocab = text.features.vocab;
     at::Tensor embed, ids;
     int64_t image_token = 0;
@@ -1011,7 +1206,12 @@ Status RunMultimodal(const selection::Features& f, const BuildPlan& plan, const 
       const int64_t other = image_token == vocab - 1 ? 0 : vocab - 1;
       ids = at::randint(0, vocab, {B, S}, at::kLong);
       ids = at::where(ids == image_token, at::full_like(ids, other), ids);
-      ids.slice(1, 1, 1 + tower.tokens).fill_(image_token);
+      const int64_t placeholder = run->PlaceholderId() != 0 ? run->PlaceholderId() : image_token;
+      ids.slice(1, 1, 1 + tower.tokens).fill_(placeholder);
+      // Gemma's embeddings are scaled by sqrt(hidden).
+      if (text.features.model_type.rfind("gemma", 0) == 0) {
+        run->embed_scale = std::sqrt(static_cast<double>(text.features.hidden));
+      }
     }
 
     at::Tensor features;
@@ -1019,21 +1219,7 @@ Status RunMultimodal(const selection::Features& f, const BuildPlan& plan, const 
       c10::InferenceMode guard(!rec.training);
       rec.Start();
       features = run->Forward(rec);
-      if (stage == Stage::kPrefill) {
-        at::Tensor inputs;
-        {
-          ModuleScope s(&rec, tower.embed_path);
-          inputs = at::embedding(embed, ids);
-          // Gemma's embeddings are scaled by sqrt(hidden).
-          if (text.features.model_type.rfind("gemma", 0) == 0) {
-            inputs = inputs * std::sqrt(static_cast<double>(text.features.hidden));
-          }
-        }
-        ModuleScope s(&rec, tower.merge_path);
-        at::Tensor image_mask = (ids == image_token).unsqueeze(-1).expand_as(inputs);
-        inputs = inputs.masked_scatter(image_mask, features.to(inputs.scalar_type()));
-        features = inputs;
-      }
+      if (stage == Stage::kPrefill) features = run->Merge(rec, features, embed, ids, image_token, tower);
       rec.Stop(features);
     }
     if (rec.stopped() || stage == Stage::kImage) return Status::Ok();

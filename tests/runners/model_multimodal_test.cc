@@ -158,12 +158,48 @@ TEST(ModelMultimodal, PlanReportsTheTextTowersReasonWhenItIsNotBuildable) {
   EXPECT_EQ(PlanModel(qwen35, ConfigOf("Qwen/Qwen3.5-27B"), Prefill(16), BuildOptions{1, 1e18}).reason,
             "text tower: the hybrid structure is not built yet");
   // A vision tower that is not built says so, after a buildable text tower.
-  constexpr const char* kPhi3v = "microsoft/Phi-3.5-vision-instruct";
-  const BuildPlan plan = PlanModel(FeaturesOf(kPhi3v), ConfigOf(kPhi3v), Prefill(16), BuildOptions{1, 1e18});
+  constexpr const char* kGlimmer = "meta-models/Muse-Glimmer-30B";
+  const BuildPlan plan = PlanModel(FeaturesOf(kGlimmer), ConfigOf(kGlimmer), Prefill(16), BuildOptions{1, 1e18});
   EXPECT_FALSE(plan.buildable);
-  EXPECT_EQ(plan.reason.rfind("vision tower: the img_processor", 0), 0u) << plan.reason;
+  EXPECT_EQ(plan.reason.rfind("vision tower: the muse_glimmer_vision vision tower", 0), 0u) << plan.reason;
   // Decode needs the text tower only.
-  EXPECT_TRUE(PlanModel(FeaturesOf(kPhi3v), ConfigOf(kPhi3v), Decode(), BuildOptions{1, 1e18}).buildable);
+  EXPECT_TRUE(PlanModel(FeaturesOf(kGlimmer), ConfigOf(kGlimmer), Decode(), BuildOptions{1, 1e18}).buildable);
+}
+
+TEST(ModelMultimodal, Phi3VisionRunsTheVisionFamilysClipOnItsCropsThenTheHdTransform) {
+  constexpr const char* kPhi3v = "microsoft/Phi-3.5-vision-instruct";
+  // 2 x 2 crops and the global one: (4 + 1) * 144 + 1 + 3 * 12 = 757 tokens.
+  const MultimodalRun run = BuildAndRun(kPhi3v, Prefill(4));
+  ASSERT_TRUE(run.plan.buildable);
+  EXPECT_TRUE(run.Noted("2 x 2 crops of 336"));
+  bool clip = false;
+  for (const auto& c : run.calls) {
+    if (c.op_case.op != "aten::conv2d") continue;
+    clip = true;
+    EXPECT_EQ(c.module_path, "embeddings.patch_embeddings");
+    EXPECT_EQ(c.op_case.args.at(0).tensor.shape, (std::vector<int64_t>{5, 3, 336, 336}));
+  }
+  EXPECT_TRUE(clip);
+  EXPECT_TRUE(run.Has("aten::linear", "encoder.layers.0.self_attn"));
+  std::set<std::vector<int64_t>> projection;
+  for (const auto& c : run.calls) {
+    if (c.op_case.op == "aten::linear" && c.module_path == "model.vision_embed_tokens.img_projection") {
+      projection.insert(c.op_case.args.at(0).tensor.shape);
+    }
+  }
+  EXPECT_EQ(projection, (std::set<std::vector<int64_t>>{{1, 757, 4096}, {1, 757, 3072}}));
+  EXPECT_TRUE(run.Has("aten::nonzero", "model.vision_embed_tokens"));
+  EXPECT_TRUE(run.Has("aten::embedding", "model.embed_tokens"));
+  EXPECT_TRUE(run.Has("aten::copy_", "model.vision_embed_tokens"));
+  // The text tower over 4 text + 757 image tokens.
+  bool text = false;
+  for (const auto& c : run.calls) {
+    if (c.op_case.op == "aten::linear" && c.module_path == "layers.0.self_attn") {
+      text = true;
+      EXPECT_EQ(c.op_case.args.at(0).tensor.shape[1], 761);
+    }
+  }
+  EXPECT_TRUE(text);
 }
 
 TEST(ModelMultimodal, Gemma4VisionTowerEmbedsPositionsByOneHotAndPoolsToSoftTokens) {
