@@ -1,13 +1,24 @@
 // The multimodal family of the model builder (model_builder.h): a vision
 // tower, the projector (merger) into the language model's width, and the
-// language model (the text tower), which is built by whichever family builds
-// its structure (PlanModel / RunFamily), so a text tower starts building here
-// as soon as its own family does.
+// language model (the text tower), which is planned and run by whichever
+// family builds its structure (PlanModel / RunFamily), so a text tower starts
+// building here as soon as its own family does; its refusal is the model's
+// ("text tower: ...").
 //
-// Vision towers built: Qwen3-VL's (also Qwen3.5's): Conv3d patch embedding
-// over temporal_patch_size frames, the learned position table bilinearly
-// interpolated to the image's patch grid, 2-D rotary attention per image,
-// the patch merger over spatial_merge_size^2 patches and deepstack mergers.
+// Vision towers built:
+//   - Qwen3-VL / Qwen3.5: Conv3d patches over temporal_patch_size frames, the
+//     position table bilinearly interpolated to the patch grid, 2-D rotary
+//     attention per image, the patch merger and deepstack mergers;
+//   - Llama 4: unfolded patches and a linear, class token, complex 2-D rotary,
+//     pixel-shuffle adapter, multi_modal_projector;
+//   - Gemma 4: patch linear with one-hot position lookup, 2-D rotary with
+//     q/k/v norms, sandwich norms, pooling to soft tokens, embed_vision;
+//   - Phi-3-vision: the vision family's CLIP (RunFamily) on the image's crops,
+//     the HD transform and img_projection.
+// Profiles: prefill runs the tower on one image per sequence, merges its
+// features into the embeddings of the image placeholders and runs the text
+// tower over text + image tokens; decode runs the text tower only; an image
+// profile (seq_len 0) runs the tower and projector only.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -41,8 +52,7 @@ const std::set<std::string>& QwenVlTypes() {
 // Text models whose attention has per-head q/k RMSNorm though their config
 // does not say so (Qwen3VLTextAttention, Qwen3_5Attention: q_norm, k_norm).
 const std::set<std::string>& QkNormTextTypes() {
-  static const std::set<std::string> types = {"qwen3_vl_text", "qwen3_vl_moe_text", "qwen3_5_text",
-                                              "qwen3_5_moe_text"};
+  static const std::set<std::string> types = {"qwen3_vl_text", "qwen3_vl_moe_text", "qwen3_5_text", "qwen3_5_moe_text"};
   return types;
 }
 
@@ -147,18 +157,18 @@ struct TowerRun {
 
 struct TowerSpec {
   std::string refusal;
-  std::string name;          // for notes
+  std::string name;  // for notes
   int64_t depth = 0, built = 0;
-  int64_t tokens = 0;        // per image, in the text sequence
-  int64_t out_hidden = 0;    // the features' width
-  double weights = 0;        // elements
+  int64_t tokens = 0;                      // per image, in the text sequence
+  int64_t out_hidden = 0;                  // the features' width
+  double weights = 0;                      // elements
   double activation_bytes = 0, flops = 0;  // for `batch` images
   std::vector<std::string> notes;
   std::string embed_path, merge_path;  // where transformers embeds the ids and merges the features
 };
 
 at::Tensor TowerRun::Merge(ModelSession& rec, const at::Tensor& features, const at::Tensor& embed, at::Tensor ids,
-                          int64_t image_token, const TowerSpec& spec) {
+                           int64_t image_token, const TowerSpec& spec) {
   at::Tensor inputs;
   {
     ModuleScope s(&rec, spec.embed_path);
@@ -263,8 +273,8 @@ TowerSpec PlanQwen(const QwenVision& v, double eb, int64_t batch) {
 
 struct Block {
   Norm norm1, norm2;
-  Linear qkv, proj, fc1, fc2;        // Qwen: packed qkv
-  Linear q, k, v, o;                 // Llama 4: separate projections
+  Linear qkv, proj, fc1, fc2;  // Qwen: packed qkv
+  Linear q, k, v, o;           // Llama 4: separate projections
 };
 
 Linear MakeLinear(const Weights& W, int64_t in, int64_t out, bool bias = true) {
@@ -307,14 +317,15 @@ class QwenRun : public TowerRun {
     at::Tensor lin = at::linspace(0, static_cast<double>(side - 1), G, at::kFloat);
     at::Tensor lo = lin.to(at::kInt).to(at::kLong), hi = (lo + 1).clamp_max(side - 1);
     at::Tensor d = lin - lo.to(at::kFloat);
-    auto grid_of = [](const at::Tensor& rows, const at::Tensor& cols) { return (rows.unsqueeze(1) * cols.unsqueeze(0)).flatten(); };
+    auto grid_of = [](const at::Tensor& rows, const at::Tensor& cols) {
+      return (rows.unsqueeze(1) * cols.unsqueeze(0)).flatten();
+    };
     auto index_of = [&](const at::Tensor& rows, const at::Tensor& cols) {
       return (rows.unsqueeze(1) * side + cols.unsqueeze(0)).flatten();
     };
     interp_idx_ = at::stack({index_of(lo, lo), index_of(lo, hi), index_of(hi, lo), index_of(hi, hi)}).repeat({1, B_});
-    interp_w_ = at::stack({grid_of(1 - d, 1 - d), grid_of(1 - d, d), grid_of(d, 1 - d), grid_of(d, d)})
-                    .repeat({1, B_})
-                    .to(dt_);
+    interp_w_ =
+        at::stack({grid_of(1 - d, 1 - d), grid_of(1 - d, d), grid_of(d, 1 - d), grid_of(d, d)}).repeat({1, B_}).to(dt_);
     const int64_t hd = H / v.heads;
     inv_freq_ = 1.0 / at::pow(10000.0, at::arange(0, hd / 2, 2, at::kFloat) / static_cast<double>(hd / 2));
   }
@@ -347,8 +358,10 @@ class QwenRun : public TowerRun {
       ModuleScope s(&rec, "model.visual.rotary_pos_emb");
       at::Tensor table = at::outer(at::arange(G, at::kFloat), inv_freq_);
       at::Tensor block = at::arange(G / m, at::kLong), intra = at::arange(m, at::kLong);
-      at::Tensor rows = (block.view({-1, 1, 1, 1}) * m + intra.view({1, 1, -1, 1})).expand({G / m, G / m, m, m}).reshape(-1);
-      at::Tensor cols = (block.view({1, -1, 1, 1}) * m + intra.view({1, 1, 1, -1})).expand({G / m, G / m, m, m}).reshape(-1);
+      at::Tensor rows =
+          (block.view({-1, 1, 1, 1}) * m + intra.view({1, 1, -1, 1})).expand({G / m, G / m, m, m}).reshape(-1);
+      at::Tensor cols =
+          (block.view({1, -1, 1, 1}) * m + intra.view({1, 1, 1, -1})).expand({G / m, G / m, m, m}).reshape(-1);
       at::Tensor pos_ids = at::stack({rows, cols}, -1).repeat({B_, 1});
       at::Tensor rot = table.index({pos_ids}).flatten(1);
       at::Tensor emb = at::cat({rot, rot}, -1);
@@ -466,8 +479,9 @@ Llama4Vision ReadLlama4Vision(const json& c, int64_t text_hidden, int64_t max_la
     *refusal = "image_size is not a multiple of patch_size";
   } else if (!(v.ratio > 0 && v.ratio <= 1) || shuffled != std::floor(shuffled) ||
              std::fabs(double(v.hidden) / (v.ratio * v.ratio) - double(v.intermediate)) > 0.5) {
-    *refusal = "the pixel shuffle does not fit: grid * pixel_shuffle_ratio must be whole and hidden_size / ratio^2 "
-               "must be intermediate_size (the adapter's input)";
+    *refusal =
+        "the pixel shuffle does not fit: grid * pixel_shuffle_ratio must be whole and hidden_size / ratio^2 "
+        "must be intermediate_size (the adapter's input)";
   } else if (v.projector_out != v.vision_out) {
     *refusal = "projector_output_dim differs from vision_output_dim";
   }
@@ -520,7 +534,8 @@ class Llama4Run : public TowerRun {
     at::Tensor idx = at::cat({at::arange(n, at::kLong), at::full({1}, -2, at::kLong)}).view({-1, 1});
     at::Tensor fx = at::remainder(idx, v.grid), fy = at::floor_divide(idx, v.grid);
     at::Tensor freq =
-        1.0 / at::pow(v.theta, at::arange(0, freq_dim, 2, at::kLong).slice(0, 0, freq_dim / 2).to(at::kFloat) / double(freq_dim));
+        1.0 / at::pow(v.theta, at::arange(0, freq_dim, 2, at::kLong).slice(0, 0, freq_dim / 2).to(at::kFloat) /
+                                   double(freq_dim));
     at::Tensor freqs_x = ((fx + 1).unsqueeze(-1) * freq.view({1, 1, -1})).repeat_interleave(2, -1);
     at::Tensor freqs_y = ((fy + 1).unsqueeze(-1) * freq.view({1, 1, -1})).repeat_interleave(2, -1);
     at::Tensor freqs = at::cat({freqs_x, freqs_y}, -1).to(at::kFloat).contiguous().slice(-1, 0, c10::nullopt, 2);
@@ -599,7 +614,9 @@ class Llama4Run : public TowerRun {
       const int64_t gs = static_cast<int64_t>(double(g) * v.ratio);
       at::Tensor y = x.view({B_, g, g, -1});
       y = y.view({B_, g, gs, static_cast<int64_t>(double(c) / v.ratio)}).permute({0, 2, 1, 3}).contiguous();
-      y = y.view({B_, gs, gs, static_cast<int64_t>(double(c) / (v.ratio * v.ratio))}).permute({0, 2, 1, 3}).contiguous();
+      y = y.view({B_, gs, gs, static_cast<int64_t>(double(c) / (v.ratio * v.ratio))})
+              .permute({0, 2, 1, 3})
+              .contiguous();
       y = y.view({B_, -1, y.size(-1)});
       x = at::gelu(adapter_fc2_(at::gelu(adapter_fc1_(y))));
     }
@@ -641,7 +658,8 @@ Gemma4Vision ReadGemma4Vision(const json& config, const json& c, int64_t text_hi
   v.position_table = ConfigInt(c, "position_embedding_size", v.position_table);
   v.soft_tokens = ConfigInt(config, "vision_soft_tokens_per_image", ConfigInt(c, "default_output_length", 280));
   v.eps = ConfigNumber(c, "rms_norm_eps", v.eps);
-  if (auto r = c.find("rope_parameters"); r != c.end() && r->is_object()) v.theta = ConfigNumber(*r, "rope_theta", v.theta);
+  if (auto r = c.find("rope_parameters"); r != c.end() && r->is_object())
+    v.theta = ConfigNumber(*r, "rope_theta", v.theta);
   v.standardize = ConfigBool(c, "standardize", false);
   v.clipped = ConfigBool(c, "use_clipped_linears", false);
   for (const char* key : {"hidden_activation", "hidden_act"}) {
@@ -676,8 +694,8 @@ TowerSpec PlanGemma4(const Gemma4Vision& v, double eb, int64_t batch) {
   const double H = double(v.hidden), I = double(v.intermediate), T = double(v.max_patches), B = double(batch);
   const double K = 3.0 * double(v.patch * v.patch), hd = double(v.head_dim);
   const double attn = H * hd * double(2 * v.heads + 2 * v.kv_heads);
-  t.weights = K * H + 2.0 * double(v.position_table) * H + (attn + 3.0 * H * I + 5.0 * H) * double(v.built) +
-              2.0 * H + H * double(v.text_hidden);
+  t.weights = K * H + 2.0 * double(v.position_table) * H + (attn + 3.0 * H * I + 5.0 * H) * double(v.built) + 2.0 * H +
+              H * double(v.text_hidden);
   // The position lookup is a one-hot matmul: [B, 2, T, table] in the model dtype.
   t.activation_bytes = eb * B * 2.0 * T * double(v.position_table) + 4.0 * B * double(v.heads) * T * T +
                        eb * B * T * (8.0 * H + 3.0 * I + K);
@@ -686,9 +704,10 @@ TowerSpec PlanGemma4(const Gemma4Vision& v, double eb, int64_t batch) {
                  2.0 * T * double(v.soft_tokens) * H + 2.0 * double(v.tokens) * H * double(v.text_hidden));
   t.notes.push_back("image: " + std::to_string(v.side * v.patch) + "x" + std::to_string(v.side * v.patch) +
                     " pixels, " + std::to_string(v.patches) + " patches padded to " + std::to_string(v.max_patches) +
-                    " (vision_soft_tokens_per_image x pooling_kernel_size^2), pooled to " +
-                    std::to_string(v.tokens) + " soft tokens");
-  t.notes.push_back("the encoder's bidirectional padding mask is built as an additive mask (where over the key padding)");
+                    " (vision_soft_tokens_per_image x pooling_kernel_size^2), pooled to " + std::to_string(v.tokens) +
+                    " soft tokens");
+  t.notes.push_back(
+      "the encoder's bidirectional padding mask is built as an additive mask (where over the key padding)");
   return t;
 }
 
@@ -751,9 +770,9 @@ class Gemma4Run : public TowerRun {
     at::Tensor mask, cos, sin;
     {
       ModuleScope s(&rec, "model.vision_tower.encoder");
-      mask = at::where((~padding).view({B_, 1, 1, T}), at::zeros({}, x.options()),
-                       at::full({}, Lowest(dt_), x.options()))
-                 .expand({B_, 1, T, T});
+      mask =
+          at::where((~padding).view({B_, 1, 1, T}), at::zeros({}, x.options()), at::full({}, Lowest(dt_), x.options()))
+              .expand({B_, 1, T, T});
     }
     {
       ModuleScope s(&rec, "model.vision_tower.encoder.rotary_emb");
@@ -895,8 +914,13 @@ Phi3Vision ReadPhi3Vision(const json& config, int64_t text_hidden, std::string* 
   v.clip.structure = "vision";
   v.clip.vision = selection::Tower{1024, 24, 16, 4096, 336, 14, 0};
   v.clip_config = {{"vision_config",
-                    {{"model_type", "clip_vision_model"}, {"hidden_act", "quick_gelu"}, {"layer_norm_eps", 1e-5},
-                     {"image_size", 336}, {"patch_size", 14}, {"num_channels", 3}, {"projection_dim", 768}}}};
+                    {{"model_type", "clip_vision_model"},
+                     {"hidden_act", "quick_gelu"},
+                     {"layer_norm_eps", 1e-5},
+                     {"image_size", 336},
+                     {"patch_size", 14},
+                     {"num_channels", 3},
+                     {"projection_dim", 768}}}};
   return v;
 }
 
@@ -923,11 +947,13 @@ TowerSpec PlanPhi3(const Phi3Vision& v, const CaptureProfile& profile, int64_t m
   t.weights = clip.weight_bytes / eb + 2.0 * C4 + C4 * D + D * D;
   t.activation_bytes = clip.activation_bytes + eb * double(profile.batch) * double(v.tokens) * (C4 + 2.0 * D);
   t.flops = clip.flops + 2.0 * double(profile.batch) * double(v.tokens) * (C4 * D + D * D);
-  t.notes.push_back("the CLIP ViT-L/14-336 tower is the vision family's (its module paths, e.g. encoder.layers.N, "
-                    "without model.vision_embed_tokens.img_processor.vision_model.) on " +
-                    std::to_string(v.crops) + " crops per image (2 x 2 crops of 336 and the global one)");
-  t.notes.push_back("the HD transform reads a stand-in for the tower's hidden_states[-2] of the same shape (the vision "
-                    "family returns the pooled output), so the projected features do not depend on the tower");
+  t.notes.push_back(
+      "the CLIP ViT-L/14-336 tower is the vision family's (its module paths, e.g. encoder.layers.N, "
+      "without model.vision_embed_tokens.img_processor.vision_model.) on " +
+      std::to_string(v.crops) + " crops per image (2 x 2 crops of 336 and the global one)");
+  t.notes.push_back(
+      "the HD transform reads a stand-in for the tower's hidden_states[-2] of the same shape (the vision "
+      "family returns the pooled output), so the projected features do not depend on the tower");
   for (const std::string& n : clip.notes) t.notes.push_back("CLIP: " + n);
   return t;
 }
@@ -965,7 +991,9 @@ class Phi3Run : public TowerRun {
       at::Tensor sub = feats[b].slice(0, 1).slice(0, 0, n);
       sub = sub.reshape({n, H, H, C}).reshape({n, H / 2, 2, H / 2, 2, C}).contiguous();
       sub = sub.permute({0, 1, 3, 2, 4, 5}).reshape({n, -1, 4 * C}).contiguous();
-      sub = sub.reshape({1, h, w, H / 2, H / 2, -1}).permute({0, 1, 3, 2, 4, 5}).reshape({1, h * (H / 2), w * (H / 2), 4 * C});
+      sub = sub.reshape({1, h, w, H / 2, H / 2, -1})
+                .permute({0, 1, 3, 2, 4, 5})
+                .reshape({1, h * (H / 2), w * (H / 2), 4 * C});
       sub = at::cat({sub, sub_gn_.repeat({1, h * (H / 2), 1, 1})}, 2).reshape({1, -1, 4 * C});
       images.push_back(v.sub_glb ? at::cat({sub, glb_gn_, glb}, 1) : at::cat({glb, glb_gn_, sub}, 1));
     }
@@ -982,7 +1010,8 @@ class Phi3Run : public TowerRun {
     // Image placeholders are negative ids; the embedding reads them clamped,
     // then each image's features are written over its span.
     ModuleScope scope(&rec, spec.merge_path);
-    at::Tensor positions = at::nonzero((ids < 0) & (ids > -1000000000));
+    // transformers finds the spans with nonzero and reads them on the host.
+    [[maybe_unused]] at::Tensor positions = at::nonzero((ids < 0) & (ids > -1000000000));
     ids = ids.clamp_min(0).clamp_max(embed.size(0));
     at::Tensor hidden;
     {
@@ -990,7 +1019,8 @@ class Phi3Run : public TowerRun {
       hidden = at::embedding(embed, ids);
     }
     if (!rec.training) {
-      for (int64_t b = 0; b < B_; ++b) hidden[b].slice(0, 1, 1 + spec.tokens).copy_(features[b].to(hidden.scalar_type()));
+      for (int64_t b = 0; b < B_; ++b)
+        hidden[b].slice(0, 1, 1 + spec.tokens).copy_(features[b].to(hidden.scalar_type()));
     } else {
       // Out of place for autograd: the same spans via index_put.
       at::Tensor rows = at::arange(1, 1 + spec.tokens, at::kLong);
@@ -998,7 +1028,6 @@ class Phi3Run : public TowerRun {
         hidden = hidden.index_put({at::full({spec.tokens}, b, at::kLong), rows}, features[b].to(hidden.scalar_type()));
       }
     }
-    (void)positions;
     return hidden;
   }
 
@@ -1060,7 +1089,8 @@ TowerSpec PlanTower(const selection::Features& f, const json& config, int64_t te
     std::string type = VisionTypeOf(config);
     if (type.empty() && config.contains("img_processor")) type = "img_processor (Phi-3-vision's CLIP)";
     if (type.empty()) type = f.model_type + "'s";
-    refusal = "the " + type + " vision tower and its projector are not built yet (Qwen3-VL, Qwen3.5, Llama 4, "
+    refusal = "the " + type +
+              " vision tower and its projector are not built yet (Qwen3-VL, Qwen3.5, Llama 4, "
               "Gemma 4 and Phi-3-vision towers are)";
   }
   t.refusal = refusal;
@@ -1105,8 +1135,8 @@ BuildPlan PlanMultimodal(const selection::Features& f, const json& config, const
 
   // The text tower first: its reason is the model's when both are missing.
   if (stage != Stage::kImage) {
-    const BuildPlan text_plan =
-        PlanModel(text.features, text.config, TextProfile(profile, stage == Stage::kPrefill ? tower.tokens : 0), options);
+    const BuildPlan text_plan = PlanModel(text.features, text.config,
+                                          TextProfile(profile, stage == Stage::kPrefill ? tower.tokens : 0), options);
     if (!text_plan.buildable) return refuse("text tower: " + text_plan.reason);
     plan.layers_total = text_plan.layers_total;
     plan.layers_built = text_plan.layers_built;
@@ -1127,7 +1157,8 @@ BuildPlan PlanMultimodal(const selection::Features& f, const json& config, const
   }
   if (!tower.refusal.empty()) return refuse("vision tower: " + tower.refusal);
   if (!f.quantization.empty()) {
-    return refuse("quantized weights (" + f.quantization + ") are not built: their kernels are the quantization library's");
+    return refuse("quantized weights (" + f.quantization +
+                  ") are not built: their kernels are the quantization library's");
   }
   if (stage == Stage::kPrefill && tower.out_hidden != text.features.hidden) {
     return refuse("vision tower: its features' width " + std::to_string(tower.out_hidden) +
@@ -1163,8 +1194,8 @@ BuildPlan PlanMultimodal(const selection::Features& f, const json& config, const
   }
   for (const std::string& n : tower.notes) plan.notes.push_back("vision tower (" + tower.name + "): " + n);
   if (plan.weight_bytes + plan.activation_bytes > options.max_bytes) {
-    return refuse("needs about " + Gb(plan.weight_bytes + plan.activation_bytes) + " GB with the vision tower, over the " +
-                  Gb(options.max_bytes) + " GB budget");
+    return refuse("needs about " + Gb(plan.weight_bytes + plan.activation_bytes) +
+                  " GB with the vision tower, over the " + Gb(options.max_bytes) + " GB budget");
   }
   plan.buildable = true;
   return plan;
