@@ -26,6 +26,8 @@ BuildPlan PlanModel(const selection::Features& f, const nlohmann::json& config, 
     plan = builder::PlanHybrid(f, config, profile, options);
   } else if (s == "ssm") {
     plan = builder::PlanSsm(f, config, profile, options);
+  } else if (s == "multimodal") {
+    plan = builder::PlanMultimodal(f, config, profile, options);
   } else {
     plan.reason = "the " + (s.empty() ? std::string("unknown") : s) + " structure is not built yet";
   }
@@ -88,6 +90,12 @@ Status RunInSession(const selection::Features& f, const BuildPlan& plan, const C
                     ModelSession& rec, uint64_t seed) {
   if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
   rec.BeginRun(seed);
+  return RunFamily(f, plan, profile, rec, seed);
+}
+
+Status RunFamily(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
+                 ModelSession& rec, uint64_t seed) {
+  if (!plan.buildable) return Status::InvalidArgument("model is not buildable: " + plan.reason);
   const std::string& family = plan.family;
   Status status = Status::Internal("no builder for family '" + plan.family + "'");
   if (family == "decoder") status = RunDecoder(f, plan, profile, rec, seed);
@@ -98,6 +106,7 @@ Status RunInSession(const selection::Features& f, const BuildPlan& plan, const C
   if (family == "speech") status = RunSpeech(f, plan, profile, rec, seed);
   if (family == "hybrid") status = RunHybrid(f, plan, profile, rec, seed);
   if (family == "ssm") status = RunSsm(f, plan, profile, rec, seed);
+  if (family == "multimodal") status = RunMultimodal(f, plan, profile, rec, seed);
   // A session that stopped on purpose (it had what it watched for) succeeded.
   return rec.stopped() ? Status::Ok() : status;
 }

@@ -39,7 +39,7 @@
 namespace coverage::runners {
 
 // Bump when the builder changes what a model executes.
-inline constexpr int kModelBuilderVersion = 1;
+inline constexpr int kModelBuilderVersion = 2;
 
 struct BuildOptions {
   int64_t max_layers = 2;  // layers built (at most the model's own count)

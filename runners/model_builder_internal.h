@@ -134,6 +134,22 @@ inline at::Tensor LayerNorm(const at::Tensor& x, const Norm& n, double eps) {
   return ApplyNorm(x, n, /*rms=*/false, eps);
 }
 
+// Note [Quantized checkpoints]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A quantized checkpoint (quantization_config: fp8, mxfp4, compressed-tensors,
+// modelopt, ...) is built as its dense model in the profile's dtype, with
+// this note in the plan: the architecture's ops run, the quantization
+// library's kernels (which are that library's, not ATen's) do not.
+inline std::string QuantizationNote(const std::string& method, DType dtype) {
+  const char* word = dtype == DType::kFloat32   ? "float32"
+                     : dtype == DType::kFloat64 ? "float64"
+                     : dtype == DType::kFloat16 ? "float16"
+                     : dtype == DType::kBFloat16 ? "bfloat16"
+                                                 : "its dtype";
+  return "quantization (" + method + ") not built: weights dense in " + word +
+         ", the quantization library's kernels are not exercised";
+}
+
 // Each family: Plan* fills a plan for features of its structure (never
 // fails; sets buildable and reason), Run* runs a buildable plan.
 #define COVERAGE_BUILDER_FAMILY(Name)                                                                       \
@@ -149,6 +165,7 @@ COVERAGE_BUILDER_FAMILY(Conv)            // model_vision.cc: structure "conv" (R
 COVERAGE_BUILDER_FAMILY(Speech)          // model_vision.cc: structure "speech" (wav2vec2, Whisper)
 COVERAGE_BUILDER_FAMILY(Hybrid)          // model_hybrid.cc: structure "hybrid" (Nemotron-H, Qwen3-Next)
 COVERAGE_BUILDER_FAMILY(Ssm)             // model_hybrid.cc: structure "ssm" (RWKV-5)
+COVERAGE_BUILDER_FAMILY(Multimodal)      // model_multimodal.cc: structure "multimodal" (vision + text towers)
 #undef COVERAGE_BUILDER_FAMILY
 
 // Training: the loss on a model's output is cross-entropy against fixed
@@ -165,5 +182,12 @@ at::Tensor TrainingLoss(const at::Tensor& output, const TrainingTarget& target);
 // Runs a buildable plan in `session` (RunModel with a session of its own).
 Status RunInSession(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
                     ModelSession& session, uint64_t seed);
+
+// Runs a buildable plan's family in a session whose run has begun (no
+// BeginRun: the weights made so far stay, training sessions keep their
+// order): for a family that runs another family's plan after its own ops
+// (the multimodal family's text tower).
+Status RunFamily(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
+                 ModelSession& session, uint64_t seed);
 
 }  // namespace coverage::runners::builder

@@ -101,15 +101,6 @@ std::string RopeType(const json* r) {
 
 double YarnMscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
-std::string DTypeWord(DType d) {
-  switch (d) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
-    default: return std::string(DTypeName(d));
-  }
-}
 
 // Model types transformers does not know whose architecture class is
 // DeepSeek-V3's (Kimi-K2): RMSNorm and SiLU, as that class has.
@@ -413,11 +404,7 @@ BuildPlan PlanDecoder(const selection::Features& f, const json& config, const Ca
   Arch arch = ReadArch(f, config, plan.layers_built);
   if (!arch.refusal.empty()) return refuse(arch.refusal);
   if (arch.gpt_oss && f.experts <= 0) return refuse("gpt-oss without experts");
-  if (!f.quantization.empty()) {
-    // Decision: quantized checkpoints are built as their dense model.
-    plan.notes.push_back("quantization (" + f.quantization + ") not built: weights dense in " +
-                         DTypeWord(profile.dtype) + ", the quantization library's kernels are not exercised");
-  }
+  if (!f.quantization.empty()) plan.notes.push_back(QuantizationNote(f.quantization, profile.dtype));
   for (std::string& n : arch.notes) plan.notes.push_back(std::move(n));
 
   const std::string type = f.model_type;

@@ -748,9 +748,7 @@ BuildPlan PlanHybrid(const selection::Features& f, const json& config, const Cap
     return refuse("hybrid model type '" + type +
                   "' is not built yet (Nemotron-H, Qwen3-Next and the Qwen3.5 text models are)");
   }
-  if (!f.quantization.empty()) {
-    return refuse("quantized weights (" + f.quantization + ") are not built: their kernels are the quantization library's");
-  }
+  if (!f.quantization.empty()) plan.notes.push_back(QuantizationNote(f.quantization, profile.dtype));
   const HybridDims d = ReadHybrid(f, config);
   if (d.H <= 0 || d.vocab <= 0 || f.layers <= 0) return refuse("hidden size, layers or vocabulary unknown");
   std::string why;
@@ -1169,9 +1167,7 @@ BuildPlan PlanSsm(const selection::Features& f, const json& config, const Captur
   };
   const std::string& type = f.model_type;
   if (type != "rwkv5") return refuse("ssm model type '" + type + "' is not built yet (RWKV-5 is)");
-  if (!f.quantization.empty()) {
-    return refuse("quantized weights (" + f.quantization + ") are not built: their kernels are the quantization library's");
-  }
+  if (!f.quantization.empty()) plan.notes.push_back(QuantizationNote(f.quantization, profile.dtype));
   const RwkvDims d = ReadRwkv(f, config);
   if (d.H <= 0 || d.vocab <= 0 || f.layers <= 0 || d.I <= 0) return refuse("hidden size, layers or vocabulary unknown");
   if (d.head_size <= 0 || d.H % d.head_size != 0) return refuse("hidden size is not a multiple of the head size");

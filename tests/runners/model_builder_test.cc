@@ -117,10 +117,11 @@ TEST(ModelBuilder, ReportsWhichRealConfigsAndFamilyDefaultsBuild) {
   for (const auto& [type, t] : by_type) std::printf("built %-22s %3d of %3d\n", type.c_str(), t.first, t.second);
   for (const auto& [reason, n] : reasons) std::printf("not built %3d: %s\n", n, reason.c_str());
   std::printf("real configs built: %d of %d\n", built, total);
-  // Measured: 180 of 273 (decoders 92 of 138, encoders and encoder-decoders
-  // 74 of 74, vision and speech 14 of 14; multimodal, hybrid and ssm models
-  // are not built yet).
-  EXPECT_GE(built, 225);
+  // Measured: 252 of 273 (92%). Not built: DeepSeek-V4 attention (7),
+  // per-layer shapes (4), vision towers not built yet (6), Kimi linear
+  // attention (1), configs without a position scheme whose type transformers
+  // does not know (3).
+  EXPECT_GE(built, 250);
 
   // The default config of every model type transformers knows: how far the
   // families reach beyond the real configs.

@@ -138,12 +138,15 @@ TEST(ModelHybrid, ShortBuildsKeepOneLayerOfEachKind) {
             PlanOf(Hub("nvidia/Nemotron-H-56B-Base-8K"), Prefill(16)).flops * 10);
 }
 
-TEST(ModelHybrid, RefusesQuantizedAndUnknownHybridsWithTheReason) {
+TEST(ModelHybrid, BuildsQuantizedDenseAndRefusesUnknownHybridsWithTheReason) {
   // (The NVFP4 / FP8 Nemotron-H checkpoints keep their quantization outside
   // config.json, so nothing here says they are quantized.)
+  // Quantized checkpoints build dense, and say so (Note [Quantized checkpoints]).
   BuildPlan fp8 = PlanOf(Hub("Qwen/Qwen3.8-2.4T-A95B-FP8"));
-  EXPECT_FALSE(fp8.buildable);
-  EXPECT_NE(fp8.reason.find("quantized"), std::string::npos) << fp8.reason;
+  EXPECT_TRUE(fp8.buildable) << fp8.reason;
+  bool noted = false;
+  for (const auto& n : fp8.notes) noted |= n.rfind("quantization (fp8) not built: weights dense in", 0) == 0;
+  EXPECT_TRUE(noted);
   json jamba = {{"model_type", "jamba"}, {"architectures", {"JambaForCausalLM"}}, {"hidden_size", 64},
                 {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"vocab_size", 100},
                 {"attn_layer_period", 2}, {"attn_layer_offset", 1}};
