@@ -3,20 +3,15 @@
 // dimensions, with random weights, and runs its forward pass under the op
 // observer.
 //
-// Families built so far: decoder-only language models, with
-//   - attention MHA / GQA / MQA, optional per-head q/k RMSNorm, linear biases;
-//   - positions: rotary (rope scaling variants change only the precomputed
-//     frequencies, so the executed ops are the same; partial rotary), ALiBi,
-//     learned, none;
-//   - RMSNorm or LayerNorm before each block, sequential or parallel residual
-//     (GPT-NeoX, Falcon, Phi, GPT-J);
-//   - MLP: gated (SwiGLU / GeGLU style) or plain, with the family's
-//     activation; mixture of experts with top-k routing and shared experts;
-//   - sliding-window attention, tied embeddings, a KV cache in decode
-//     profiles.
-// Anything else (other structures, MLA or linear attention, multimodal rope,
-// post-norm decoders, an activation it does not know) is not built: the plan
-// says why. Nothing is approximated silently.
+// Families (model_builder_internal.h lists them, the README's table says
+// what each builds): decoder-only (MHA/GQA/MQA, MLA, sparse attention
+// indexers, MoE with top-k and DeepSeek routing, rotary variants, ALiBi,
+// learned positions, sliding windows, KV caches), encoder-only,
+// encoder-decoder, vision towers, conv nets, speech, hybrid (Mamba-2 and
+// Gated DeltaNet layers with attention), ssm (RWKV-5) and multimodal (vision
+// tower, projector, text tower). Anything else is not built: the plan says
+// why. Nothing is approximated silently: what a build does differently (a
+// quantized checkpoint built dense, fewer layers) is in the plan's notes.
 //
 // Layers repeat, so only `max_layers` of them are built (the plan records
 // how many of how many); dimensions are never reduced. The plan estimates the
