@@ -25,6 +25,7 @@ struct CaptureFlags {
   bool selection = false;
   int64_t selection_id = 0;
   int64_t max_layers = 2;
+  bool no_meta = false;
 };
 
 Result<std::vector<runners::BlockModel>> LoadModels(const std::string& path, const std::vector<std::string>& only) {
@@ -65,6 +66,7 @@ int RunSelectionCaptureCommand(const GlobalOptions& global, const CaptureFlags& 
   options.profiles = std::move(*profiles);
   options.max_layers = flags.max_layers;
   options.max_bytes = flags.max_gb * 1e9;
+  options.meta_over_budget = !flags.no_meta;
   options.max_depth = flags.max_depth;
   options.force = flags.force;
   options.progress = !global.quiet;
@@ -72,11 +74,12 @@ int RunSelectionCaptureCommand(const GlobalOptions& global, const CaptureFlags& 
   auto summary = stages::RunSelectionCapture(**reg, options);
   if (!summary) return ReportError(summary.error().WithContext("capture"));
   const auto& s = *summary;
-  std::printf("capture of selection %lld (%lld representatives): %lld (model, profile) pairs built, %lld not built, "
-              "%lld failed, %lld done before\n",
+  std::printf("capture of selection %lld (%lld representatives): %lld (model, profile) pairs built (%lld of them on "
+              "meta tensors, over --max-gb), %lld not built, %lld failed, %lld done before\n",
               static_cast<long long>(s.selection_id), static_cast<long long>(s.representatives),
-              static_cast<long long>(s.pairs_built), static_cast<long long>(s.pairs_not_built),
-              static_cast<long long>(s.pairs_failed), static_cast<long long>(s.pairs_skipped));
+              static_cast<long long>(s.pairs_built), static_cast<long long>(s.pairs_meta),
+              static_cast<long long>(s.pairs_not_built), static_cast<long long>(s.pairs_failed),
+              static_cast<long long>(s.pairs_skipped));
   std::printf("  %lld calls recorded, %lld distinct cases in them, %lld new; registry now holds %lld cases\n",
               static_cast<long long>(s.calls), static_cast<long long>(s.cases_seen),
               static_cast<long long>(s.cases_new), static_cast<long long>(s.cases_total));
@@ -174,6 +177,9 @@ void AddCaptureCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--max-layers", flags->max_layers, "With --selection: layers built per model (layers repeat)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_flag("--no-meta", flags->no_meta,
+                "With --selection: refuse a (model, profile) over --max-gb instead of capturing its shapes on meta "
+                "tensors");
   cmd->callback([&global, flags]() { global.exit_code = RunCapture(global, *flags); });
 }
 

@@ -2,12 +2,20 @@
 
 #include "runners/model_builder_internal.h"
 
+#include <cstdio>
+#include <limits>
+
 #include <ATen/CPUGeneratorImpl.h>
 
 namespace coverage::runners {
 
 BuildPlan PlanModel(const selection::Features& f, const nlohmann::json& config, const CaptureProfile& profile,
-                    const BuildOptions& options) {
+                    const BuildOptions& requested) {
+  // With meta_over_budget, families plan without the budget and it is
+  // applied here: over it, the plan runs on meta tensors instead.
+  BuildOptions options = requested;
+  const bool meta_allowed = requested.meta_over_budget && !profile.training;
+  if (meta_allowed) options.max_bytes = std::numeric_limits<double>::infinity();
   BuildPlan plan;
   const std::string& s = f.structure;
   if (s == "decoder") {
@@ -32,6 +40,15 @@ BuildPlan PlanModel(const selection::Features& f, const nlohmann::json& config, 
     plan.reason = "the " + (s.empty() ? std::string("unknown") : s) + " structure is not built yet";
   }
   plan.config = config;
+  if (meta_allowed && plan.buildable && plan.weight_bytes + plan.activation_bytes > requested.max_bytes) {
+    plan.meta = true;
+    char buf[240];
+    std::snprintf(buf, sizeof buf,
+                  "needs about %.3g GB, over the %.3g GB budget: captured on meta tensors (shapes only; ops without "
+                  "a meta kernel ran on zero-filled CPU tensors, so data-dependent shapes follow zero inputs)",
+                  (plan.weight_bytes + plan.activation_bytes) / 1e9, requested.max_bytes / 1e9);
+    plan.notes.push_back(buf);
+  }
   if (plan.buildable && plan.layers_built < plan.layers_total) {
     plan.notes.push_back(std::to_string(plan.layers_built) + " of " + std::to_string(plan.layers_total) +
                          " layers built (layers repeat)");
@@ -43,6 +60,15 @@ Status RunModel(const selection::Features& f, const BuildPlan& plan, const Captu
                 uint64_t seed) {
   ModelSession session(&recorder);
   session.training = profile.training;
+  MetaShapeBackend meta;
+  DispatchRoute route;
+  if (plan.meta) {
+    if (profile.training) return Status::InvalidArgument("a training profile cannot run on meta tensors");
+    session.device = c10::Device(c10::kMeta);
+    route.backend = &meta;
+    route.session = &session;
+    session.route = &route;
+  }
   COV_RETURN_IF_ERROR(builder::RunInSession(f, plan, profile, session, seed));
   if (!profile.training) return Status::Ok();
   // A training step's loss and backward pass, recorded too.

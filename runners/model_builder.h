@@ -15,7 +15,11 @@
 //
 // Layers repeat, so only `max_layers` of them are built (the plan records
 // how many of how many); dimensions are never reduced. The plan estimates the
-// bytes the build needs and refuses above `max_bytes`.
+// bytes the build needs and refuses above `max_bytes`, or, for capture with
+// `meta_over_budget`, plans a shapes-only run on meta tensors (weights are
+// never allocated; see MetaShapeBackend in model_session.h). Otherwise
+// weights are real random tensors: the module, model and train checks
+// compare values.
 //
 // Thread safety: pure functions; RunModel uses the calling thread's recorder.
 #pragma once
@@ -39,6 +43,9 @@ inline constexpr int kModelBuilderVersion = 2;
 struct BuildOptions {
   int64_t max_layers = 2;  // layers built (at most the model's own count)
   double max_bytes = 8e9;  // refuse a build estimated above this
+  // Capture only: above max_bytes, plan a run on meta tensors instead of
+  // refusing (BuildPlan::meta; never for training profiles).
+  bool meta_over_budget = false;
 };
 
 struct BuildPlan {
@@ -52,6 +59,7 @@ struct BuildPlan {
   double flops = 0;  // estimated floating-point operations of the forward pass that is run
   nlohmann::json config;            // the model's config.json, for the family's Run
   std::vector<std::string> notes;   // what the build does differently, e.g. "2 of 32 layers"
+  bool meta = false;                // shapes only: weights and activations on the meta device (capture)
   // Decoder details read from the config where features do not say.
   bool parallel_residual = false;
   bool qk_norm = false;

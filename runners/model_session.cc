@@ -87,6 +87,14 @@ void RouteFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     std::vector<std::pair<at::Tensor, size_t>> written;
     for (size_t i = 0; i < n_args; ++i) {
       c10::IValue& v = (*stack)[first + i];
+      // Factories (arange, full, zeros_like, ...) make their tensors on the device.
+      if (schema.arguments()[i].type()->kind() == c10::TypeKind::OptionalType &&
+          schema.arguments()[i].type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+              c10::TypeKind::DeviceObjType &&
+          (v.isNone() || (v.isDevice() && v.toDevice() != device))) {
+        v = device;
+        continue;
+      }
       at::Tensor original = v.isTensor() ? v.toTensor() : at::Tensor();
       if (!MoveArgument(v, device)) continue;
       const auto* alias = schema.arguments()[i].alias_info();
@@ -101,7 +109,10 @@ void RouteFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     } catch (const std::exception& e) {
       throw std::runtime_error(QualifiedName(op) + " failed on backend " + route->backend->name() + ": " + e.what());
     }
-    for (size_t i = 0; i < written.size(); ++i) written[i].first.copy_(moved_written[i].to(written[i].first.device()));
+    for (size_t i = 0; i < written.size(); ++i) {
+      if (moved_written[i].is_meta()) continue;  // shapes only: nothing to copy back
+      written[i].first.copy_(moved_written[i].to(written[i].first.device()));
+    }
     ++route->routed_ops;
     ++route->op_counts[QualifiedName(op)];
   }
@@ -127,7 +138,79 @@ void RegisterFallbackOnce() {
 
 bool Contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
+at::Tensor ZerosLike(const at::Tensor& meta) {
+  return at::zeros(meta.sizes(), meta.options().device(c10::kCPU));
+}
+
+at::Tensor MetaLike(const at::Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+// Meta tensors in `v` become zero-filled CPU tensors (to_cpu) or CPU
+// tensors become meta ones (!to_cpu).
+c10::IValue Convert(const c10::IValue& v, bool to_cpu) {
+  auto one = [&](const at::Tensor& t) {
+    if (!t.defined()) return t;
+    if (to_cpu) return t.is_meta() ? ZerosLike(t) : t;
+    return t.is_meta() ? t : MetaLike(t);
+  };
+  if (v.isTensor()) return one(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(one(t));
+    return out;
+  }
+  if (v.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const auto& e : v.toTupleRef().elements()) items.push_back(Convert(e, to_cpu));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  if (v.isList()) {
+    c10::List<c10::IValue> list = v.toList();
+    bool tensors = false;
+    for (size_t i = 0; i < list.size(); ++i) tensors |= list.get(i).isTensor();
+    if (!tensors) return v;
+    c10::List<c10::optional<at::Tensor>> out;
+    for (size_t i = 0; i < list.size(); ++i) {
+      c10::IValue e = list.get(i);
+      if (e.isTensor()) {
+        out.push_back(one(e.toTensor()));
+      } else {
+        out.push_back(c10::nullopt);
+      }
+    }
+    return out;
+  }
+  return v;
+}
+
 }  // namespace
+
+void MetaShapeBackend::Execute(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n_args = op.schema().arguments().size();
+  const size_t first = stack->size() - n_args;
+  if (op.operator_name().name == "aten::embedding") {
+    // embedding(weight, indices, ...) -> indices.shape + [weight.size(1)]
+    const at::Tensor weight = (*stack)[first].toTensor(), indices = (*stack)[first + 1].toTensor();
+    std::vector<int64_t> shape = indices.sizes().vec();
+    shape.push_back(weight.size(1));
+    stack->resize(first);
+    stack->emplace_back(at::empty(shape, weight.options().device(c10::kMeta)));
+    return;
+  }
+  const torch::jit::Stack args(stack->begin() + static_cast<std::ptrdiff_t>(first), stack->end());
+  try {
+    op.callBoxed(stack);
+    return;
+  } catch (const c10::Error&) {
+    // No meta kernel (or one that needs data): run it on zeros below.
+  }
+  ++fallbacks;
+  stack->resize(first);
+  for (const c10::IValue& v : args) stack->push_back(Convert(v, /*to_cpu=*/true));
+  op.callBoxed(stack);
+  for (size_t i = first; i < stack->size(); ++i) (*stack)[i] = Convert((*stack)[i], /*to_cpu=*/false);
+}
 
 DispatchRouteScope::DispatchRouteScope(DispatchRoute* route)
     : previous_((RegisterFallbackOnce(), tls_route)), include_(kRouteKey) {
@@ -238,6 +321,15 @@ at::Tensor ModelSession::Weight(WeightInit init, at::IntArrayRef shape, at::Scal
   if (keep && next_weight_ < weights_.size()) return weights_[next_weight_++];
   if (!generator_) generator_ = at::make_generator<at::CPUGeneratorImpl>(0x9e3779b97f4a7c15ULL);
   at::Tensor w;
+  if (device.is_meta()) {
+    // Shapes only (MetaShapeBackend): no values, no memory.
+    w = at::empty(shape, at::TensorOptions().dtype(dtype).device(c10::kMeta));
+    if (keep) {
+      weights_.push_back(w);
+      ++next_weight_;
+    }
+    return w;
+  }
   switch (init) {
     case WeightInit::kRandom:
       w = at::randn(shape, *generator_) * 0.02;

@@ -28,6 +28,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "runners/backend.h"
 #include "runners/capture.h"
 
 namespace coverage::runners {
@@ -75,6 +76,22 @@ class DispatchRouteScope {
 // watches for (ModelSession::stop_when_watched); the session records it.
 struct SessionStopped : std::exception {
   const char* what() const noexcept override { return "session stopped after its watched module"; }
+};
+
+// A backend on the meta device, for capturing the shapes of a model too big
+// to build (BuildPlan::meta): ops run on meta tensors where ATen has a meta
+// kernel; an op without one (1.13 has none for layer_norm, conv2d, one_hot,
+// nonzero, item, ...) runs on zero-filled CPU tensors of its arguments'
+// shapes and returns meta tensors of its results' shapes, and
+// aten::embedding is shaped directly (its weight can be the largest tensor
+// of a model). Data-dependent shapes (MoE routing) therefore follow zero
+// inputs.
+class MetaShapeBackend final : public Backend {
+ public:
+  std::string name() const override { return "meta"; }
+  c10::Device device() const override { return c10::Device(c10::kMeta); }
+  void Execute(const c10::OperatorHandle& op, torch::jit::Stack* stack) override;
+  int64_t fallbacks = 0;  // ops that ran on zero-filled CPU tensors
 };
 
 // "attention", "mlp", "norm", "embedding", "stem", "head" or "other", from

@@ -728,7 +728,8 @@ struct BatchNorm {
 };
 
 BatchNorm MakeBatchNorm(const Weights& W, int64_t c) {
-  return BatchNorm{W.Ones({c}), W.Zeros({c}), W({c}), W.Ones({c}) + at::rand({c}).to(W.dtype)};
+  // Running variance near one and positive; every tensor from the session (meta-safe).
+  return BatchNorm{W.Ones({c}), W.Zeros({c}), W({c}), W.Ones({c}) + W({c}).square()};
 }
 
 at::Tensor ApplyBatchNorm(const at::Tensor& x, const BatchNorm& n) {

@@ -210,7 +210,8 @@ Result<SelectionCaptureSummary> RunSelectionCapture(registry::Registry& registry
         break;  // the same for every profile
       }
       const runners::BuildPlan plan =
-          runners::PlanModel(*features, config, profile, runners::BuildOptions{options.max_layers, options.max_bytes});
+          runners::PlanModel(*features, config, profile,
+                             runners::BuildOptions{options.max_layers, options.max_bytes, options.meta_over_budget});
       build.family = plan.family;
       build.layers_built = plan.layers_built;
       build.layers_total = plan.layers_total;
@@ -252,6 +253,7 @@ Result<SelectionCaptureSummary> RunSelectionCapture(registry::Registry& registry
       COV_RETURN_IF_ERROR(registry.Commit());
       COV_RETURN_IF_ERROR(registry.DeleteBuild(model.model_id, kNoProfile));
       ++summary.pairs_built;
+      if (plan.meta) ++summary.pairs_meta;
       summary.calls += build.calls;
       summary.cases_seen += build.cases;
     }

@@ -65,6 +65,7 @@ struct SelectionCaptureOptions {
   std::vector<runners::CaptureProfile> profiles;
   int64_t max_layers = 2;
   double max_bytes = 8e9;
+  bool meta_over_budget = true;  // above max_bytes: capture shapes on meta tensors instead of refusing
   int max_depth = 0;
   bool force = false;
   bool progress = true;
@@ -78,6 +79,7 @@ struct SelectionCaptureSummary {
   int64_t pairs_not_built = 0;  // the builder does not build it (reason stored)
   int64_t pairs_failed = 0;     // planned but the run failed (error stored)
   int64_t pairs_skipped = 0;    // done before by this builder version
+  int64_t pairs_meta = 0;       // of the built ones: captured on meta tensors (over the memory budget)
   int64_t calls = 0;
   int64_t cases_seen = 0;
   int64_t cases_new = 0;

@@ -55,6 +55,9 @@ check "capture --selection reports built and not built" contains "$TMP/cap.out" 
 check "every representative has a build row" \
   test "$(sqlite3 "$DB" "SELECT COUNT(DISTINCT model_id) FROM builds")" -eq 25
 check "unbuilt pairs say why" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM builds WHERE status <> 'built' AND reason = ''")" -eq 0
+check "models over --max-gb are captured on meta tensors, and say so" \
+  test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM builds WHERE status = 'built' AND notes_json LIKE '%captured on meta tensors%'")" -gt 0
+check "the summary counts the meta captures" contains "$TMP/cap.out" "of them on meta tensors"
 "$BIN" -q --registry "$DB" capture --selection --profile decode --max-layers 1 --max-gb 0.5 >"$TMP/cap2.out" 2>&1
 check "a second capture --selection builds nothing again" contains "$TMP/cap2.out" ": 0 (model, profile) pairs built"
 "$BIN" -q --registry "$DB" capture --selection --selection-id 99 >"$TMP/e0.out" 2>&1
