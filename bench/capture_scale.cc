@@ -6,6 +6,11 @@
 // added, and the distinct op cases by op and by model structure.
 //
 //   build/bin/bench_capture_scale [--limit N] [--max-layers 2] [--max-gb 8] [--batch 10]
+//                                 [--defaults 1] [--profile NAME]...
+// --defaults 1 also stores the default config of every model type in
+// data/transformers_defaults.jsonl (as "defaults/<model_type>") before
+// selecting; --profile keeps only the named profiles.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,13 +30,16 @@
 
 int main(int argc, char** argv) {
   using namespace coverage;
-  int64_t limit = 0, max_layers = 2, batch = 10;
+  int64_t limit = 0, max_layers = 2, batch = 10, with_defaults = 0;
   double max_gb = 8;
+  std::vector<std::string> only_profiles;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--limit")) limit = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-layers")) max_layers = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-gb")) max_gb = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--defaults")) with_defaults = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--profile")) only_profiles.push_back(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown argument '%s'\n", argv[i]);
       return 2;
@@ -56,6 +64,23 @@ int main(int argc, char** argv) {
     models.push_back(m);
     configs.emplace_back(m.id, (*j)["config"].dump());
   }
+  const size_t real_configs = configs.size();
+  if (with_defaults) {
+    std::ifstream din(home + "/data/transformers_defaults.jsonl");
+    while (std::getline(din, line)) {
+      auto j = ParseJsonCapped(line, {.python_literals = true});
+      if (!j || !j->contains("model_type") || !(*j)["model_type"].is_string() || !j->contains("defaults")) continue;
+      nlohmann::json config = (*j)["defaults"];
+      if (!config.is_object()) continue;
+      config["model_type"] = (*j)["model_type"];
+      for (auto it = config.begin(); it != config.end();) it = it->is_null() ? config.erase(it) : std::next(it);
+      registry::HubModelRecord m;
+      m.id = "defaults/" + (*j)["model_type"].get<std::string>();
+      m.model_type = (*j)["model_type"];
+      models.push_back(m);
+      configs.emplace_back(m.id, config.dump());
+    }
+  }
   if (!(*reg)->StartCrawl("bench").ok() || !(*reg)->StoreCrawlPage("bench", models, {}, std::nullopt).ok()) return 2;
   for (const auto& [id, config] : configs) (void)(*reg)->StoreConfig(id, "fetched", "", config);
   auto defaults = selection::FamilyDefaults::Load(home + "/data/transformers_defaults.jsonl");
@@ -69,13 +94,21 @@ int main(int argc, char** argv) {
   std::vector<std::string> ids;
   for (const auto& r : *reps) ids.push_back(r.model_id);
   if (limit > 0 && static_cast<int64_t>(ids.size()) > limit) ids.resize(static_cast<size_t>(limit));
-  std::printf("%zu shipped configs, %zu representatives (one per distinct point); capturing %zu of them\n",
-              configs.size(), reps->size(), ids.size());
+  std::printf("%zu shipped configs (%zu real, %zu transformers defaults), %zu representatives (one per distinct "
+              "point); capturing %zu of them\n",
+              configs.size(), real_configs, configs.size() - real_configs, reps->size(), ids.size());
 
   std::ifstream profiles_in(home + "/configs/capture_profiles.json");
   nlohmann::json profiles_doc = nlohmann::json::parse(profiles_in, nullptr, false);
   auto profiles = runners::ParseCaptureProfiles(profiles_doc);
   if (!profiles) return 2;
+  if (!only_profiles.empty()) {
+    std::vector<runners::CaptureProfile> kept;
+    for (const auto& p : *profiles) {
+      if (std::find(only_profiles.begin(), only_profiles.end(), p.name) != only_profiles.end()) kept.push_back(p);
+    }
+    *profiles = kept;
+  }
 
   stages::SelectionCaptureOptions options;
   options.profiles = *profiles;
@@ -83,7 +116,7 @@ int main(int argc, char** argv) {
   options.max_bytes = max_gb * 1e9;
   options.progress = false;
   const auto start = std::chrono::steady_clock::now();
-  int64_t built = 0, not_built = 0, failed = 0;
+  int64_t built = 0, not_built = 0, failed = 0, meta = 0;
   std::printf("%8s %8s %10s %10s\n", "models", "seconds", "pairs", "cases");
   for (size_t done = 0; done < ids.size();) {
     const size_t next = std::min(ids.size(), done + static_cast<size_t>(batch));
@@ -97,6 +130,7 @@ int main(int argc, char** argv) {
     built += s->pairs_built;
     not_built += s->pairs_not_built;
     failed += s->pairs_failed;
+    meta += s->pairs_meta;
     done = next;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("%8zu %8.1f %10lld %10lld\n", done, secs, static_cast<long long>(built),
@@ -104,10 +138,10 @@ int main(int argc, char** argv) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   auto models_built = (*reg)->Query("SELECT COUNT(DISTINCT model_id) FROM builds WHERE status = 'built'");
-  std::printf("built %s models in %lld (model, profile) pairs (%lld not built, %lld failed) in %.1f s: "
-              "%.1f models/min, %.1f pairs/min\n",
-              models_built->rows[0][0].c_str(), static_cast<long long>(built), static_cast<long long>(not_built),
-              static_cast<long long>(failed), secs, 60.0 * std::stod(models_built->rows[0][0]) / secs,
+  std::printf("built %s models in %lld (model, profile) pairs (%lld on meta tensors; %lld not built, %lld failed) "
+              "in %.1f s: %.1f models/min, %.1f pairs/min\n",
+              models_built->rows[0][0].c_str(), static_cast<long long>(built), static_cast<long long>(meta),
+              static_cast<long long>(not_built), static_cast<long long>(failed), secs, 60.0 * std::stod(models_built->rows[0][0]) / secs,
               60.0 * static_cast<double>(built) / secs);
   auto by_op = (*reg)->Query("SELECT op, COUNT(*) AS cases FROM op_cases GROUP BY op ORDER BY cases DESC LIMIT 15");
   std::printf("distinct cases by op (top 15):\n");
@@ -120,6 +154,12 @@ int main(int argc, char** argv) {
   for (const auto& row : by_structure->rows) {
     std::printf("  %-16s %8s cases from %s models\n", row[0].c_str(), row[1].c_str(), row[2].c_str());
   }
+  auto by_profile = (*reg)->Query(
+      "SELECT profile, COUNT(DISTINCT case_id) AS cases FROM case_sources GROUP BY profile ORDER BY cases DESC");
+  std::printf("distinct cases by profile:\n");
+  for (const auto& row : by_profile->rows) std::printf("  %-16s %8s\n", row[0].c_str(), row[1].c_str());
+  auto ops = (*reg)->Query("SELECT COUNT(DISTINCT op) FROM op_cases");
+  std::printf("distinct ops: %s\n", ops->rows[0][0].c_str());
   auto reasons = (*reg)->Query("SELECT reason, models FROM v_build_failures LIMIT 8");
   std::printf("not built, most common reasons:\n");
   for (const auto& row : reasons->rows) std::printf("  %4s models: %s\n", row[1].c_str(), row[0].c_str());

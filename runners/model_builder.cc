@@ -61,13 +61,13 @@ Status RunModel(const selection::Features& f, const BuildPlan& plan, const Captu
   ModelSession session(&recorder);
   session.training = profile.training;
   MetaShapeBackend meta;
-  DispatchRoute route;
+  DispatchRoute route;  // observes op outputs (the model's output, for the loss); routes to meta when planned
+  route.session = &session;
+  if (profile.training || plan.meta) session.route = &route;
   if (plan.meta) {
     if (profile.training) return Status::InvalidArgument("a training profile cannot run on meta tensors");
     session.device = c10::Device(c10::kMeta);
     route.backend = &meta;
-    route.session = &session;
-    session.route = &route;
   }
   COV_RETURN_IF_ERROR(builder::RunInSession(f, plan, profile, session, seed));
   if (!profile.training) return Status::Ok();

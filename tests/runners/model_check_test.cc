@@ -167,6 +167,18 @@ TEST(ModelCheck, TrainingProfileCapturesTheLossAndBackwardOps) {
   EXPECT_TRUE(backward.count("aten::embedding_backward") || backward.count("aten::embedding_dense_backward"));
   // Training computes logits for every position: the LM head's matmul sees 16 rows.
   EXPECT_FALSE(ops_by_path["lm_head"].empty());
+
+  // A family whose output is its last op's (an encoder) trains too.
+  Model bert = Load("sentence-transformers/all-MiniLM-L6-v2", profile);
+  ASSERT_TRUE(bert.plan.buildable);
+  OpRecorder bert_recorder;
+  Status s = RunModel(bert.features, bert.plan, profile, bert_recorder);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  std::set<std::string> bert_backward;
+  for (const auto& c : bert_recorder.TakeCalls()) {
+    if (c.module_path == "backward") bert_backward.insert(c.op_case.op);
+  }
+  EXPECT_TRUE(bert_backward.count("aten::native_layer_norm_backward"));
 }
 
 }  // namespace
