@@ -229,6 +229,8 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
       flags.profiles.empty() ? global.home + "/configs/capture_profiles.json" : flags.profiles;
   auto profiles = LoadProfiles(profiles_path, {});
   if (!profiles) return ReportError(profiles.error().WithContext("--profiles"));
+  auto profiles_text = ReadFile(profiles_path);
+  if (!profiles_text) return ReportError(profiles_text.error().WithContext("--profiles"));
   if (!flags.profile.empty()) {
     bool known = false;
     for (const auto& p : *profiles) known |= p.name == flags.profile;
@@ -281,6 +283,7 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
       {"tolerances", tol_path},
       {"checks",
        {{"golden", flags.golden}, {"seed", flags.seed}, {"tolerances_sha256", Sha256Hex(tol_text)},
+        {"profile", flags.profile}, {"profiles_sha256", Sha256Hex(*profiles_text)},
         {"max_layers", flags.full_depth ? -1 : flags.max_layers}, {"train_steps", flags.train_steps},
         {"lr", flags.learning_rate}, {"min_cosine", flags.min_cosine}, {"top_k", flags.top_k},
         {"min_topk_agreement", flags.min_topk_agreement}}}};
@@ -328,8 +331,24 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
               static_cast<long long>(summary->already_done), summary->resumed ? " (resumed)" : "",
               static_cast<long long>(summary->skipped_by_cost), static_cast<long long>(summary->blocked),
               static_cast<long long>(summary->not_built), summary->seconds);
+  if (!summary->not_built_reasons.empty()) {
+    std::vector<std::pair<int64_t, std::string>> reasons;
+    for (const auto& [why, n] : summary->not_built_reasons) reasons.emplace_back(n, why);
+    std::sort(reasons.rbegin(), reasons.rend());
+    std::printf("\nnot built (skipped at every stage), most common reasons:\n");
+    for (size_t i = 0; i < reasons.size() && i < 5; ++i) {
+      std::printf("  %4lld  %s\n", static_cast<long long>(reasons[i].first), reasons[i].second.c_str());
+    }
+  }
+  if (summary->skipped_by_cost > 0) {
+    std::printf("\n%lld stage runs over a cost cap: their estimates are in model_results (outcome 'skipped'); raise "
+                "--max-model-flops or --max-gb to run them\n",
+                static_cast<long long>(summary->skipped_by_cost));
+  }
   if (!summary->failures.empty() && flags.show_failures > 0) {
-    std::printf("\nfailures (first %d):\n", flags.show_failures);
+    std::printf("\nfailures (%zu of %lld):\n",
+                std::min(summary->failures.size(), static_cast<size_t>(flags.show_failures)),
+                static_cast<long long>(summary->failing_total));
     for (size_t i = 0; i < summary->failures.size() && static_cast<int>(i) < flags.show_failures; ++i) {
       const std::string& f = summary->failures[i];
       std::printf("  %s\n", f.size() > 400 ? (f.substr(0, 397) + "...").c_str() : f.c_str());

@@ -6,7 +6,9 @@
 // added, and the distinct op cases by op and by model structure.
 //
 //   build/bin/bench_capture_scale [--limit N] [--max-layers 2] [--max-gb 8] [--batch 10]
-//                                 [--defaults 1] [--profile NAME]...
+//                                 [--defaults 1] [--profile NAME]... [--db PATH]
+// --db keeps the registry in PATH (default: a scratch file): a second run
+// on it resumes, skipping (model, profile) pairs already captured.
 // --defaults 1 also stores the default config of every model type in
 // data/transformers_defaults.jsonl (as "defaults/<model_type>") before
 // selecting; --profile keeps only the named profiles.
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
   int64_t limit = 0, max_layers = 2, batch = 10, with_defaults = 0;
   double max_gb = 8;
   std::vector<std::string> only_profiles;
+  std::string db_path;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--limit")) limit = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-layers")) max_layers = std::atoll(argv[i + 1]);
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--defaults")) with_defaults = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--profile")) only_profiles.push_back(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--db")) db_path = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown argument '%s'\n", argv[i]);
       return 2;
@@ -48,8 +52,10 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines as they come, also into a file
   const std::string home = COVERAGE_SOURCE_DIR;
   testing::TempDir dir;
-  auto reg = registry::Registry::Open(dir.File("capture.db"));
+  auto reg = registry::Registry::Open(db_path.empty() ? dir.File("capture.db") : db_path);
   if (!reg) return 2;
+  auto existing = (*reg)->Query("SELECT COUNT(*) FROM selections");
+  const bool resume = existing && existing->rows[0][0] != "0";
   // Every shipped config, stored as a crawl stores it.
   std::vector<registry::HubModelRecord> models;
   std::vector<std::pair<std::string, std::string>> configs;
@@ -81,14 +87,15 @@ int main(int argc, char** argv) {
       configs.emplace_back(m.id, config.dump());
     }
   }
-  if (!(*reg)->StartCrawl("bench").ok() || !(*reg)->StoreCrawlPage("bench", models, {}, std::nullopt).ok()) return 2;
-  for (const auto& [id, config] : configs) (void)(*reg)->StoreConfig(id, "fetched", "", config);
-  auto defaults = selection::FamilyDefaults::Load(home + "/data/transformers_defaults.jsonl");
-  if (!defaults || !stages::DeriveFeatures(**reg, **defaults).has_value()) return 2;
-  stages::SelectOptions select;
-  select.k = 100000;  // every distinct point
-  auto selected = stages::RunSelect(**reg, select);
-  if (!selected) return 2;
+  if (!resume) {
+    if (!(*reg)->StartCrawl("bench").ok() || !(*reg)->StoreCrawlPage("bench", models, {}, std::nullopt).ok()) return 2;
+    for (const auto& [id, config] : configs) (void)(*reg)->StoreConfig(id, "fetched", "", config);
+    auto defaults = selection::FamilyDefaults::Load(home + "/data/transformers_defaults.jsonl");
+    if (!defaults || !stages::DeriveFeatures(**reg, **defaults).has_value()) return 2;
+    stages::SelectOptions select;
+    select.k = 100000;  // every distinct point
+    if (!stages::RunSelect(**reg, select)) return 2;
+  }
   auto reps = (*reg)->SelectionModels(0);
   if (!reps) return 2;
   std::vector<std::string> ids;

@@ -647,9 +647,10 @@ Status Registry::RecordResult(const ResultRecord& r) {
 Status Registry::RecordModelStage(const std::string& run_id, const std::string& model_id, const std::string& profile,
                                   const std::string& stage, const std::vector<ModelResultRecord>& items) {
   return InTransaction(*db_, [&]() -> Status {
+    // Whatever profile the stage ran under before, its new result replaces it.
     COV_ASSIGN_OR_RETURN(auto del, db_->Prepare(
-        "DELETE FROM model_results WHERE run_id = ?1 AND model_id = ?2 AND profile = ?3 AND stage = ?4"));
-    del.Bind(1, run_id).Bind(2, model_id).Bind(3, profile).Bind(4, stage);
+        "DELETE FROM model_results WHERE run_id = ?1 AND model_id = ?2 AND stage = ?3"));
+    del.Bind(1, run_id).Bind(2, model_id).Bind(3, stage);
     COV_RETURN_IF_ERROR(del.Run());
     COV_ASSIGN_OR_RETURN(auto ins, db_->Prepare(
         "INSERT INTO model_results(run_id, model_id, profile, stage, item, outcome, error, blocked_by, family, "

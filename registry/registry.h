@@ -285,8 +285,9 @@ class Registry {
   Status RecordBuild(const BuildRecord& build);
   Status DeleteBuild(const std::string& model_id, const std::string& profile);
 
-  // Replaces the results of (run, model, profile, stage) with `items`, in one
-  // transaction: a stage of a model is stored whole or not at all.
+  // Replaces the results of (run, model, stage), under any profile, with
+  // `items` under `profile`, in one transaction: a stage of a model is
+  // stored whole or not at all.
   Status RecordModelStage(const std::string& run_id, const std::string& model_id, const std::string& profile,
                           const std::string& stage, const std::vector<ModelResultRecord>& items);
   Result<std::vector<ModelResultRecord>> ModelResultsForRun(const std::string& run_id);

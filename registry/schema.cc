@@ -297,10 +297,17 @@ CREATE TABLE model_results (
 );
 CREATE INDEX model_results_outcome ON model_results(run_id, stage, outcome);
 
--- Per run and stage: how many models passed, failed, were skipped or blocked.
+-- Per run and stage: models by the outcome that stands for their stage (a
+-- failing item's outcome, else skipped when an item was, else pass).
 CREATE VIEW v_model_stage_outcomes AS
-  SELECT run_id, stage, outcome, COUNT(DISTINCT model_id || '/' || profile) AS models, COUNT(*) AS items
-  FROM model_results GROUP BY run_id, stage, outcome ORDER BY run_id, stage, models DESC;
+  WITH per_model AS (
+    SELECT run_id, stage, model_id,
+           COALESCE(MIN(CASE WHEN outcome NOT IN ('pass', 'skipped', 'expected_failure') THEN outcome END),
+                    MIN(CASE WHEN outcome = 'skipped' THEN 'skipped' END), 'pass') AS outcome,
+           COUNT(*) AS items
+    FROM model_results GROUP BY run_id, stage, model_id)
+  SELECT run_id, stage, outcome, COUNT(*) AS models, SUM(items) AS items
+  FROM per_model GROUP BY run_id, stage, outcome ORDER BY run_id, stage, models DESC;
 
 -- Failing items, with the module kind or check that failed.
 CREATE VIEW v_model_failures AS

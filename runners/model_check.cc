@@ -95,6 +95,7 @@ void Judge(ModelCheckItem& item, const at::Tensor& backend, const at::Tensor& re
   item.max_rel_err = c.max_rel_err;
   item.cosine = c.cosine;
   item.error_ratio = c.error_ratio;
+  item.values_compared = c.values_compared;
   item.detail["elements"] = c.elements;
   item.detail["mismatched"] = c.mismatched;
   if (c.outcome != Outcome::kPass) Fail(item, c.outcome, c.message);
@@ -233,6 +234,8 @@ ModelCheckItem CheckForward(const selection::Features& f, const BuildPlan& plan,
     BackendFailed(item, st);
   } else if (!s.output().defined() || !ref.output().defined()) {
     Fail(item, Outcome::kError, "the model produced no output");
+  } else if (route.routed_ops == 0) {
+    Fail(item, Outcome::kError, "no op of the model ran on the backend");
   } else {
     const at::Tensor out = s.output().detach().to(c10::kCPU);
     const at::Tensor expected = ref.output().detach();
@@ -366,15 +369,22 @@ ModelCheckItem CheckTraining(const selection::Features& f, const BuildPlan& plan
     item.seconds = Since(start);
     return item;
   }
+  if (got.routed_ops == 0) {
+    Fail(item, Outcome::kError, "no op of the training steps ran on the backend");
+    item.seconds = Since(start);
+    return item;
+  }
+  item.values_compared = true;
   const bool narrow = profile.dtype == DType::kBFloat16 || profile.dtype == DType::kFloat16;
   const double scale = narrow ? 10.0 : 1.0;
   // Losses.
   for (size_t i = 0; i < ref.losses.size(); ++i) {
     const double r = ref.losses[i], b = got.losses[i];
-    if (std::isfinite(r) && !std::isfinite(b)) {
+    if (std::isfinite(r) != std::isfinite(b)) {
       Fail(item, Outcome::kNonFiniteMismatch, fmt::format("step {}: loss {} where the reference has {}", i, b, r));
       break;
     }
+    if (!std::isfinite(r)) continue;  // both non-finite: the same pattern
     if (Relative(b, r) > options.loss_rtol * scale) {
       Fail(item, Outcome::kMismatch, fmt::format("step {}: loss {:.6g} vs reference {:.6g}", i, b, r));
       break;
@@ -382,6 +392,7 @@ ModelCheckItem CheckTraining(const selection::Features& f, const BuildPlan& plan
   }
   // Gradient norms: the worst parameter over all steps.
   double worst = 0;
+  bool worst_finite = true;  // the backend's norm at the worst weight is finite
   nlohmann::json worst_at = nullptr;
   nlohmann::json total_ref = nlohmann::json::array(), total_got = nlohmann::json::array();
   for (size_t step = 0; step < ref.grad_norms.size(); ++step) {
@@ -390,9 +401,13 @@ ModelCheckItem CheckTraining(const selection::Features& f, const BuildPlan& plan
       const double r = ref.grad_norms[step][w], b = got.grad_norms[step][w];
       tr += r * r;
       tg += b * b;
-      const double rel = !std::isfinite(b) ? INFINITY : r > 1e-30 ? Relative(b, r) : std::abs(b) > 1e-30 ? INFINITY : 0;
+      const double rel = !std::isfinite(b) || !std::isfinite(r) ? (std::isfinite(b) == std::isfinite(r) ? 0 : INFINITY)
+                         : r > 1e-30                         ? Relative(b, r)
+                         : std::abs(b) > 1e-30               ? INFINITY
+                                                             : 0;
       if (rel > worst) {
         worst = rel;
+        worst_finite = std::isfinite(b);
         worst_at = {{"step", step}, {"weight", w}, {"shape", ref.shapes[w]}, {"reference", r}, {"backend", b}};
       }
     }
@@ -404,7 +419,7 @@ ModelCheckItem CheckTraining(const selection::Features& f, const BuildPlan& plan
   item.detail["worst_grad_norm_rel_err"] = worst;
   item.detail["worst_grad"] = worst_at;
   if (worst > options.grad_norm_rtol * scale) {
-    Fail(item, std::isfinite(worst) ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
+    Fail(item, worst_finite ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
          fmt::format("gradient norm of weight {} {} at step {} is {:.6g}, reference {:.6g}",
                      worst_at["weight"].get<int64_t>(), worst_at["shape"].dump(), worst_at["step"].get<int64_t>(),
                      worst_at["backend"].get<double>(), worst_at["reference"].get<double>()));

@@ -57,6 +57,7 @@ struct ModelCheckItem {
   double max_rel_err = 0;
   double cosine = 1;
   std::optional<double> error_ratio;  // vs the fp64 golden, when it ran
+  bool values_compared = false;       // the metrics above mean something (not for errors and skips)
   nlohmann::json detail = nlohmann::json::object();  // module path, top-k, losses, grad norms, op counts
   double seconds = 0;
 };

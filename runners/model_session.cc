@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <atomic>
 #include <mutex>
 #include <stdexcept>
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/library.h>
 
@@ -17,6 +19,11 @@ namespace {
 constexpr c10::DispatchKey kRouteKey = c10::DispatchKey::TESTING_ONLY_GenericMode;
 
 thread_local DispatchRoute* tls_route = nullptr;
+// The route of the newest scope on any thread: the autograd engine runs the
+// backward of non-CPU tensors on its own device threads, which inherit the
+// dispatch key (it travels in ThreadLocalState) but not tls_route. One model
+// check runs at a time per process (model_check.h).
+std::atomic<DispatchRoute*> g_route{nullptr};
 
 std::string QualifiedName(const c10::OperatorHandle& op) {
   const auto& n = op.operator_name();
@@ -65,9 +72,9 @@ bool MoveArgument(c10::IValue& v, c10::Device device) {
   return moved;
 }
 
-void RouteFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+void RouteFallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   c10::impl::ExcludeDispatchKeyGuard exclude(kRouteKey);
-  DispatchRoute* route = tls_route;
+  DispatchRoute* route = tls_route != nullptr ? tls_route : g_route.load();
   ModelSession* session = route ? route->session : nullptr;
   if (session && session->ShouldStop()) {
     session->MarkStopped();
@@ -77,7 +84,8 @@ void RouteFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
       route && route->backend &&
       (!route->routed || route->routed(session ? session->module_path() : std::string()));
   if (!to_backend) {
-    op.callBoxed(stack);
+    // Below this key, so the op is not observed a second time.
+    op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kRouteKey), stack);
   } else {
     const c10::Device device = route->backend->device();
     const auto& schema = op.schema();
@@ -104,14 +112,16 @@ void RouteFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::ji
     for (auto& [original, index] : written) moved_written.push_back((*stack)[index].toTensor());
     try {
       route->backend->Execute(op, stack);
+      for (size_t i = 0; i < written.size(); ++i) {
+        if (moved_written[i].is_meta()) continue;  // shapes only: nothing to copy back
+        at::Tensor& original = written[i].first;
+        if (original.sizes() != moved_written[i].sizes()) original.resize_(moved_written[i].sizes());
+        original.copy_(moved_written[i].to(original.device()));
+      }
     } catch (const SessionStopped&) {
       throw;
     } catch (const std::exception& e) {
       throw std::runtime_error(QualifiedName(op) + " failed on backend " + route->backend->name() + ": " + e.what());
-    }
-    for (size_t i = 0; i < written.size(); ++i) {
-      if (moved_written[i].is_meta()) continue;  // shapes only: nothing to copy back
-      written[i].first.copy_(moved_written[i].to(written[i].first.device()));
     }
     ++route->routed_ops;
     ++route->op_counts[QualifiedName(op)];
@@ -187,6 +197,9 @@ c10::IValue Convert(const c10::IValue& v, bool to_cpu) {
 }  // namespace
 
 void MetaShapeBackend::Execute(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // The routed call was recorded where the model made it; its meta and
+  // zero-filled executions are not calls of the model.
+  at::RecordFunctionGuard not_observed(/*is_enabled=*/false);
   const size_t n_args = op.schema().arguments().size();
   const size_t first = stack->size() - n_args;
   if (op.operator_name().name == "aten::embedding") {
@@ -213,11 +226,15 @@ void MetaShapeBackend::Execute(const c10::OperatorHandle& op, torch::jit::Stack*
 }
 
 DispatchRouteScope::DispatchRouteScope(DispatchRoute* route)
-    : previous_((RegisterFallbackOnce(), tls_route)), include_(kRouteKey) {
+    : previous_((RegisterFallbackOnce(), tls_route)), previous_global_(g_route.load()), include_(kRouteKey) {
   tls_route = route;
+  g_route = route;
 }
 
-DispatchRouteScope::~DispatchRouteScope() { tls_route = previous_; }
+DispatchRouteScope::~DispatchRouteScope() {
+  tls_route = previous_;
+  g_route = previous_global_;
+}
 
 // Note [Module kinds]
 // ~~~~~~~~~~~~~~~~~~~
@@ -228,10 +245,10 @@ DispatchRouteScope::~DispatchRouteScope() { tls_route = previous_; }
 //   stem       patch embeddings, conv stems and feature extractors
 //   embedding  ...embed..., rotary_emb, relative attention bias
 //   linear_attention  ...linear_attn... (Gated DeltaNet)
-//   attention  ...attn..., ...attention..., self
+//   attention  ...attn..., ...attention..., self, attention.output (BERT)
 //   mlp        mlp, ffn, feed_forward, intermediate, fc1/fc2, output
 //   head       lm_head, classifiers, poolers, projections, predictions
-// anything else is "other" (masks, whole conv blocks). A family may name the
+// masks and anything else are "other" (as are whole conv blocks). A family may name the
 // kind itself where the path does not say (Nemotron-H's "mixer" is a Mamba-2
 // mixer ("ssm"), attention or an MLP, by layer).
 std::string ModuleKindOf(const std::string& module_path) {
@@ -243,6 +260,14 @@ std::string ModuleKindOf(const std::string& module_path) {
     return "other";
   }
   std::transform(last.begin(), last.end(), last.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (Contains(last, "mask")) return "other";  // attention masks are inputs, not modules
+  if (last == "output") {
+    // BERT's BertSelfOutput ("attention.output") closes the attention block;
+    // the layer's own "output" closes its MLP.
+    const std::string parent = module_path.substr(0, module_path.rfind('.'));
+    const std::string parent_last = parent.substr(parent.rfind('.') == std::string::npos ? 0 : parent.rfind('.') + 1);
+    return parent_last == "attention" ? "attention" : "mlp";
+  }
   if (Contains(last, "norm") || last.rfind("ln_", 0) == 0 || Contains(last, "layrnorm")) return "norm";
   if (Contains(last, "patch") || Contains(last, "conv") || Contains(last, "feature_extractor") ||
       last == "embedder" || Contains(last, "feature_projection") || Contains(last, "downsampling")) {

@@ -69,6 +69,7 @@ class DispatchRouteScope {
 
  private:
   DispatchRoute* previous_;
+  DispatchRoute* previous_global_;
   c10::impl::IncludeDispatchKeyGuard include_;
 };
 

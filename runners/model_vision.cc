@@ -1279,7 +1279,7 @@ Status RunSpeech(const selection::Features& f, const BuildPlan& plan, const Capt
       rec.Start();
       at::Tensor x;
       {
-        ModuleScope scope(&rec, "feature_extractor");
+        ModuleScope scope(&rec, "feature_extractor", "other");  // only the reshape; conv_layers.N are the stem
         x = audio.unsqueeze(1);
       }
       for (size_t i = 0; i < convs.size(); ++i) {

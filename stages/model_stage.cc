@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
@@ -96,10 +97,12 @@ registry::ModelResultRecord ToRecord(const runners::ModelCheckItem& item, const 
   r.outcome = item.outcome;
   r.error = item.error;
   r.family = family;
-  r.max_abs_err = item.max_abs_err;
-  r.max_rel_err = item.max_rel_err;
-  r.cosine = item.cosine;
-  r.error_ratio = item.error_ratio;
+  if (item.values_compared) {  // no numbers for errors and skips
+    r.max_abs_err = item.max_abs_err;
+    r.max_rel_err = item.max_rel_err;
+    r.cosine = item.cosine;
+    r.error_ratio = item.error_ratio;
+  }
   r.seconds = item.seconds;
   r.detail_json = item.detail.dump();
   return r;
@@ -174,7 +177,9 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
     for (auto& r : rows) stored[{r.model_id, r.stage}].push_back(std::move(r));
   }
 
-  const runners::BuildOptions build{options.full_depth ? (int64_t{1} << 40) : options.max_layers, options.max_bytes};
+  // Planned without the memory budget: over it is a cost skip (below), not "not built".
+  const runners::BuildOptions build{options.full_depth ? (int64_t{1} << 40) : options.max_layers,
+                                    std::numeric_limits<double>::infinity()};
   Progress progress(fmt::format("{} {} on {}", label, summary.run_id, options.backend),
                     static_cast<int64_t>(chosen.size()), options.progress);
   int64_t failing = 0;
@@ -252,18 +257,20 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
           continue;
         }
       }
-      if (stage == "train") {
-        // Weights, gradients and two AdamW moments, activations kept for backward.
-        const double bytes = 4 * plan.weight_bytes + 3 * plan.activation_bytes;
-        if (bytes > options.max_bytes) {
-          rows.push_back(Skipped(fmt::format("training needs about {:.3g} GB (weights, gradients, optimizer state, "
-                                             "activations), over the {:.3g} GB budget",
-                                             bytes / 1e9, options.max_bytes / 1e9),
-                                 plan.family));
-          ++summary.skipped_by_cost;
-          COV_RETURN_IF_ERROR(record());
-          continue;
-        }
+      // Memory: weights and activations; training adds gradients and two
+      // AdamW moments and keeps activations for backward.
+      const double bytes = stage == "train" ? 4 * plan.weight_bytes + 3 * plan.activation_bytes
+                                            : plan.weight_bytes + plan.activation_bytes;
+      if (bytes > options.max_bytes) {
+        rows.push_back(Skipped(fmt::format("needs about {:.3g} GB{} for {} of {} layers, over the --max-gb {:.3g} "
+                                           "budget",
+                                           bytes / 1e9, stage == "train" ? " (weights, gradients, optimizer state)" : "",
+                                           plan.layers_built, plan.layers_total, options.max_bytes / 1e9),
+                               plan.family));
+        rows.back().detail_json = nlohmann::json{{"estimated_bytes", bytes}}.dump();
+        ++summary.skipped_by_cost;
+        COV_RETURN_IF_ERROR(record());
+        continue;
       }
       const double cost = plan.flops * RunsOf(stage, options.checks);
       if (options.max_model_flops && cost > *options.max_model_flops) {
@@ -312,7 +319,8 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
     for (const auto& r : items) {
       if (!IsUnexpectedFailure(r.outcome)) continue;
       ++summary.failing_items[stage][r.item];
-      if (summary.failures.size() < 20) {
+      ++summary.failing_total;
+      if (summary.failures.size() < 100) {
         summary.failures.push_back(fmt::format("{} {} ({}) {}: {}: {}", stage, model_id, profile, r.item,
                                                OutcomeName(r.outcome), r.error));
       }

@@ -80,7 +80,8 @@ struct ModelStageSummary {
   // Whole run: per stage, models by their worst item's outcome.
   std::map<std::string, std::map<Outcome, int64_t>> per_stage;
   std::map<std::string, std::map<std::string, int64_t>> failing_items;  // stage -> item -> models
-  std::vector<std::string> failures;  // "stage model (profile) item: outcome: error", first ones
+  int64_t failing_total = 0;          // failing items in the whole run
+  std::vector<std::string> failures;  // "stage model (profile) item: outcome: error", the first 100
   std::map<std::string, int64_t> not_built_reasons;
   bool Failed() const;
 };

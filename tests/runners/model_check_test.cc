@@ -12,6 +12,7 @@
 #include "runners/backend.h"
 #include "runners/backends.h"
 #include "runners/model_check.h"
+#include "runners/model_session.h"
 #include "selection/features.h"
 #include "tests/support/fake_backend.h"
 #include "tests/support/family_defaults.h"
@@ -156,7 +157,8 @@ TEST(ModelCheck, TrainingProfileCapturesTheLossAndBackwardOps) {
   OpRecorder recorder;
   ASSERT_TRUE(RunModel(m.features, m.plan, profile, recorder).ok());
   std::map<std::string, std::set<std::string>> ops_by_path;  // "loss", "backward", or a module
-  for (const auto& c : recorder.TakeCalls()) ops_by_path[c.module_path].insert(c.op_case.op);
+  const std::vector<CapturedCall> calls = recorder.TakeCalls();
+  for (const auto& c : calls) ops_by_path[c.module_path].insert(c.op_case.op);
   EXPECT_TRUE(ops_by_path["loss"].count("aten::cross_entropy_loss"));
   const auto& backward = ops_by_path["backward"];
 
@@ -165,8 +167,14 @@ TEST(ModelCheck, TrainingProfileCapturesTheLossAndBackwardOps) {
   EXPECT_TRUE(backward.count("aten::nll_loss_backward"));
   EXPECT_TRUE(backward.count("aten::native_layer_norm_backward"));
   EXPECT_TRUE(backward.count("aten::embedding_backward") || backward.count("aten::embedding_dense_backward"));
-  // Training computes logits for every position: the LM head's matmul sees 16 rows.
-  EXPECT_FALSE(ops_by_path["lm_head"].empty());
+  // Training computes logits for every position: the LM head sees all 16.
+  bool every_position = false;
+  for (const auto& c : calls) {
+    if (c.module_path == "lm_head" && c.op_case.op == "aten::linear") {
+      every_position |= c.op_case.args.at(0).tensor.shape == std::vector<int64_t>{1, 16, m.features.hidden};
+    }
+  }
+  EXPECT_TRUE(every_position);
 
   // A family whose output is its last op's (an encoder) trains too.
   Model bert = Load("sentence-transformers/all-MiniLM-L6-v2", profile);
@@ -179,6 +187,56 @@ TEST(ModelCheck, TrainingProfileCapturesTheLossAndBackwardOps) {
     if (c.module_path == "backward") bert_backward.insert(c.op_case.op);
   }
   EXPECT_TRUE(bert_backward.count("aten::native_layer_norm_backward"));
+}
+
+TEST(ModelCheck, ModuleKindsComeFromTheHuggingFaceNames) {
+  EXPECT_EQ(ModuleKindOf("layers.0.self_attn"), "attention");
+  EXPECT_EQ(ModuleKindOf("encoder.layer.0.attention.self"), "attention");
+  EXPECT_EQ(ModuleKindOf("encoder.layer.0.attention.output"), "attention");  // BertSelfOutput
+  EXPECT_EQ(ModuleKindOf("encoder.layer.0.output"), "mlp");                  // BertOutput
+  EXPECT_EQ(ModuleKindOf("encoder.layer.0.intermediate"), "mlp");
+  EXPECT_EQ(ModuleKindOf("get_extended_attention_mask"), "other");
+  EXPECT_EQ(ModuleKindOf("causal_mask"), "other");
+  EXPECT_EQ(ModuleKindOf("layers.0.linear_attn"), "linear_attention");
+  EXPECT_EQ(ModuleKindOf("layers.1.post_attention_layernorm"), "norm");
+  EXPECT_EQ(ModuleKindOf("vision_model.pre_layrnorm"), "norm");
+  EXPECT_EQ(ModuleKindOf("embeddings.patch_embeddings"), "stem");
+  EXPECT_EQ(ModuleKindOf("feature_extractor.conv_layers.3"), "stem");
+  EXPECT_EQ(ModuleKindOf("embed_tokens"), "embedding");
+  EXPECT_EQ(ModuleKindOf("lm_head"), "head");
+  EXPECT_EQ(ModuleKindOf("encoder.stages.0.layers.1"), "other");
+}
+
+// The module stage checks the module its kind names, in every family:
+// BERT's attention is its self-attention (not the mask), wav2vec2's stem is
+// its first conv layer.
+TEST(ModelCheck, ModuleStageChecksTheRightModuleOfEncodersAndSpeechModels) {
+  {
+    const CaptureProfile profile = testing::Prefill(16);
+    Model m = Load("sentence-transformers/all-MiniLM-L6-v2", profile);
+    ASSERT_TRUE(m.plan.buildable);
+    testing::FakeBackend fake;
+    fake.add_offset["aten::softmax"] = 0.25;
+    const auto modules = ByKind(CheckModules(m.features, m.plan, profile, fake, ModelCheckOptions{}));
+    ASSERT_TRUE(modules.count("attention"));
+    EXPECT_EQ(modules.at("attention").detail["module"], "encoder.layer.0.attention.self");
+    EXPECT_EQ(modules.at("attention").outcome, Outcome::kMismatch);
+    ASSERT_TRUE(modules.count("mlp"));
+    EXPECT_EQ(modules.at("mlp").detail["module"], "encoder.layer.0.intermediate");
+    EXPECT_EQ(modules.at("mlp").outcome, Outcome::kPass);
+  }
+  {
+    CaptureProfile audio = testing::Prefill(16000);
+    audio.name = "audio";
+    Model m = Load("tommy19970714/wav2vec2-base-960h", audio);
+    ASSERT_TRUE(m.plan.buildable);
+    testing::FakeBackend fake;
+    fake.add_offset["aten::gelu"] = 0.25;  // (an offset on conv1d would vanish in the group norm after it)
+    const auto modules = ByKind(CheckModules(m.features, m.plan, audio, fake, ModelCheckOptions{}));
+    ASSERT_TRUE(modules.count("stem"));
+    EXPECT_EQ(modules.at("stem").detail["module"], "feature_extractor.conv_layers.0");
+    EXPECT_EQ(modules.at("stem").outcome, Outcome::kMismatch);
+  }
 }
 
 }  // namespace
