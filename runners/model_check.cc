@@ -346,6 +346,117 @@ double Relative(double backend, double reference) {
 
 }  // namespace
 
+namespace {
+
+// How far one training trace is from another (`ref`).
+struct TrainDiff {
+  double loss_rel = 0;  // worst relative loss difference over the steps (finite losses)
+  int64_t loss_step = -1;
+  int64_t nonfinite_loss_step = -1;  // first step whose loss is finite in one trace only
+  double grad_rel = 0;               // worst relative gradient-norm difference
+  bool grad_finite = true;           // the other trace's norm at the worst weight is finite
+  nlohmann::json worst_at = nullptr;
+  nlohmann::json total_ref = nlohmann::json::array(), total_got = nlohmann::json::array();
+  double param_rel = 0;  // ||p_got - p_ref|| / ||p_ref - p_initial||
+  double max_abs = 0, cosine = 1;
+};
+
+TrainDiff DiffTraces(const TrainTrace& ref, const TrainTrace& got) {
+  TrainDiff d;
+  for (size_t i = 0; i < ref.losses.size() && i < got.losses.size(); ++i) {
+    const double r = ref.losses[i], b = got.losses[i];
+    if (std::isfinite(r) != std::isfinite(b)) {
+      if (d.nonfinite_loss_step < 0) d.nonfinite_loss_step = static_cast<int64_t>(i);
+      continue;
+    }
+    if (std::isfinite(r) && Relative(b, r) > d.loss_rel) {
+      d.loss_rel = Relative(b, r);
+      d.loss_step = static_cast<int64_t>(i);
+    }
+  }
+  for (size_t step = 0; step < ref.grad_norms.size() && step < got.grad_norms.size(); ++step) {
+    double tr = 0, tg = 0;
+    for (size_t w = 0; w < ref.grad_norms[step].size(); ++w) {
+      const double r = ref.grad_norms[step][w], b = got.grad_norms[step][w];
+      tr += r * r;
+      tg += b * b;
+      const double rel = !std::isfinite(b) || !std::isfinite(r) ? (std::isfinite(b) == std::isfinite(r) ? 0 : INFINITY)
+                         : r > 1e-30                         ? Relative(b, r)
+                         : std::abs(b) > 1e-30               ? INFINITY
+                                                             : 0;
+      if (rel > d.grad_rel) {
+        d.grad_rel = rel;
+        d.grad_finite = std::isfinite(b);
+        d.worst_at = {{"step", step}, {"weight", w}, {"shape", ref.shapes[w]}, {"reference", r}, {"backend", b}};
+      }
+    }
+    d.total_ref.push_back(std::sqrt(tr));
+    d.total_got.push_back(std::sqrt(tg));
+  }
+  double diff2 = 0, update2 = 0, dot = 0, got2 = 0;
+  for (size_t w = 0; w < ref.final_weights.size() && w < got.final_weights.size(); ++w) {
+    const at::Tensor r = ref.final_weights[w].to(at::kDouble), b = got.final_weights[w].to(at::kDouble);
+    const at::Tensor r_up = r - ref.initial[w].to(at::kDouble), b_up = b - got.initial[w].to(at::kDouble);
+    diff2 += (b - r).pow(2).sum().item<double>();
+    update2 += r_up.pow(2).sum().item<double>();
+    got2 += b_up.pow(2).sum().item<double>();
+    dot += (r_up * b_up).sum().item<double>();
+    d.max_abs = std::max(d.max_abs, (b - r).abs().max().item<double>());
+  }
+  d.param_rel = update2 > 0 ? std::sqrt(diff2 / update2) : (diff2 > 0 ? INFINITY : 0.0);
+  d.cosine = update2 > 0 && got2 > 0 ? dot / std::sqrt(update2 * got2) : 1.0;
+  return d;
+}
+
+struct TrainTolerance {
+  double loss, grad, param;
+};
+
+void JudgeTraining(ModelCheckItem& item, const TrainTrace& ref, const TrainDiff& d, const TrainTolerance& tol,
+                   int steps) {
+  item.outcome = Outcome::kPass;
+  item.error.clear();
+  if (d.nonfinite_loss_step >= 0) {
+    const size_t i = static_cast<size_t>(d.nonfinite_loss_step);
+    Fail(item, Outcome::kNonFiniteMismatch,
+         fmt::format("step {}: loss is finite in one run only (reference {})", i, ref.losses[i]));
+  }
+  if (d.loss_rel > tol.loss) {
+    Fail(item, Outcome::kMismatch,
+         fmt::format("step {}: loss differs from the reference's {:.6g} by {:.3g} (relative; allowed {:.3g})",
+                     d.loss_step, ref.losses[static_cast<size_t>(d.loss_step)], d.loss_rel, tol.loss));
+  }
+  if (d.grad_rel > tol.grad) {
+    Fail(item, d.grad_finite ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
+         fmt::format("gradient norm of weight {} {} at step {} is {:.6g}, reference {:.6g}",
+                     d.worst_at["weight"].get<int64_t>(), d.worst_at["shape"].dump(), d.worst_at["step"].get<int64_t>(),
+                     d.worst_at["backend"].get<double>(), d.worst_at["reference"].get<double>()));
+  }
+  if (!(d.param_rel <= tol.param)) {
+    Fail(item, std::isfinite(d.param_rel) ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
+         fmt::format("parameters after {} steps differ from the reference's by {:.3g} of its update", steps,
+                     d.param_rel));
+  }
+}
+
+nlohmann::json Finite(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json("inf"); }
+
+}  // namespace
+
+// Note [Reproducible training]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Training a randomly initialised model can be chaotic: gradient norms that
+// grow by orders of magnitude in a step turn the last-bit differences of
+// multithreaded CPU reductions into different losses, so two runs of the
+// reference itself disagree. As the unit stage judges a backend against the
+// CPU's own error, a training run that misses the fixed tolerances is judged
+// again against a second reference run: each tolerance becomes at least the
+// comparison multiplier (2x) times the reference's own run-to-run
+// difference. A reproducible reference (the usual case) leaves them as
+// they are; the details record the reference's reproducibility. When the
+// reference disagrees with itself beyond the fixed tolerances and the backend
+// still misses the widened ones, there is no verdict: the item is skipped
+// with both differences, rather than blamed on the backend.
 ModelCheckItem CheckTraining(const selection::Features& f, const BuildPlan& plan, const CaptureProfile& profile,
                              Backend& backend, const ModelCheckOptions& options) {
   const auto start = Clock::now();
@@ -377,73 +488,45 @@ ModelCheckItem CheckTraining(const selection::Features& f, const BuildPlan& plan
   item.values_compared = true;
   const bool narrow = profile.dtype == DType::kBFloat16 || profile.dtype == DType::kFloat16;
   const double scale = narrow ? 10.0 : 1.0;
-  // Losses.
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    const double r = ref.losses[i], b = got.losses[i];
-    if (std::isfinite(r) != std::isfinite(b)) {
-      Fail(item, Outcome::kNonFiniteMismatch, fmt::format("step {}: loss {} where the reference has {}", i, b, r));
-      break;
-    }
-    if (!std::isfinite(r)) continue;  // both non-finite: the same pattern
-    if (Relative(b, r) > options.loss_rtol * scale) {
-      Fail(item, Outcome::kMismatch, fmt::format("step {}: loss {:.6g} vs reference {:.6g}", i, b, r));
-      break;
-    }
-  }
-  // Gradient norms: the worst parameter over all steps.
-  double worst = 0;
-  bool worst_finite = true;  // the backend's norm at the worst weight is finite
-  nlohmann::json worst_at = nullptr;
-  nlohmann::json total_ref = nlohmann::json::array(), total_got = nlohmann::json::array();
-  for (size_t step = 0; step < ref.grad_norms.size(); ++step) {
-    double tr = 0, tg = 0;
-    for (size_t w = 0; w < ref.grad_norms[step].size(); ++w) {
-      const double r = ref.grad_norms[step][w], b = got.grad_norms[step][w];
-      tr += r * r;
-      tg += b * b;
-      const double rel = !std::isfinite(b) || !std::isfinite(r) ? (std::isfinite(b) == std::isfinite(r) ? 0 : INFINITY)
-                         : r > 1e-30                         ? Relative(b, r)
-                         : std::abs(b) > 1e-30               ? INFINITY
-                                                             : 0;
-      if (rel > worst) {
-        worst = rel;
-        worst_finite = std::isfinite(b);
-        worst_at = {{"step", step}, {"weight", w}, {"shape", ref.shapes[w]}, {"reference", r}, {"backend", b}};
+  TrainTolerance tol{options.loss_rtol * scale, options.grad_norm_rtol * scale, options.param_update_rtol * scale};
+  const TrainDiff d = DiffTraces(ref, got);
+  item.detail["grad_norm_reference"] = d.total_ref;
+  item.detail["grad_norm_backend"] = d.total_got;
+  item.detail["worst_grad_norm_rel_err"] = Finite(d.grad_rel);
+  item.detail["worst_grad"] = d.worst_at;
+  item.detail["param_update_rel_diff"] = Finite(d.param_rel);
+  item.max_abs_err = d.max_abs;
+  item.max_rel_err = d.param_rel;
+  item.cosine = d.cosine;
+  JudgeTraining(item, ref, d, tol, options.train_steps);
+  if (item.outcome == Outcome::kMismatch && options.golden != GoldenMode::kNever) {
+    // See Note [Reproducible training].
+    const TrainTrace again = Train(f, plan, profile, nullptr, options);
+    if (again.status.ok()) {
+      const TrainDiff self = DiffTraces(ref, again);
+      const double k = options.comparison.default_multiplier;
+      item.detail["reference_reproducibility"] = {
+          {"loss_rel", Finite(self.loss_rel)}, {"grad_norm_rel", Finite(self.grad_rel)},
+          {"param_update_rel", Finite(self.param_rel)}};
+      if (self.loss_rel > 0 || self.grad_rel > 0 || self.param_rel > 0) {
+        const bool unreproducible = self.loss_rel > tol.loss || self.grad_rel > tol.grad || self.param_rel > tol.param;
+        tol = {std::max(tol.loss, k * self.loss_rel), std::max(tol.grad, k * self.grad_rel),
+               std::max(tol.param, k * self.param_rel)};
+        item.detail["tolerances_widened_to"] = {
+            {"loss_rel", Finite(tol.loss)}, {"grad_norm_rel", Finite(tol.grad)}, {"param_update_rel", Finite(tol.param)}};
+        const std::string strict = item.error;
+        JudgeTraining(item, ref, d, tol, options.train_steps);
+        if (item.outcome == Outcome::kMismatch && unreproducible) {
+          // The reference disagrees with itself beyond the tolerances: no verdict at this precision.
+          item.outcome = Outcome::kSkipped;
+          item.error = fmt::format(
+              "the CPU reference is not reproducible at these tolerances (two runs differ by loss {:.3g}, gradient "
+              "norm {:.3g}, parameters {:.3g}, relative), so training of this model cannot be judged; against the "
+              "first run: {}",
+              self.loss_rel, self.grad_rel, self.param_rel, strict);
+        }
       }
     }
-    total_ref.push_back(std::sqrt(tr));
-    total_got.push_back(std::sqrt(tg));
-  }
-  item.detail["grad_norm_reference"] = total_ref;
-  item.detail["grad_norm_backend"] = total_got;
-  item.detail["worst_grad_norm_rel_err"] = worst;
-  item.detail["worst_grad"] = worst_at;
-  if (worst > options.grad_norm_rtol * scale) {
-    Fail(item, worst_finite ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
-         fmt::format("gradient norm of weight {} {} at step {} is {:.6g}, reference {:.6g}",
-                     worst_at["weight"].get<int64_t>(), worst_at["shape"].dump(), worst_at["step"].get<int64_t>(),
-                     worst_at["backend"].get<double>(), worst_at["reference"].get<double>()));
-  }
-  // Parameters after the last step, relative to the reference's update.
-  double diff2 = 0, update2 = 0, dot = 0, got2 = 0, max_abs = 0;
-  for (size_t w = 0; w < ref.final_weights.size(); ++w) {
-    const at::Tensor r = ref.final_weights[w].to(at::kDouble), b = got.final_weights[w].to(at::kDouble);
-    const at::Tensor r_up = r - ref.initial[w].to(at::kDouble), b_up = b - got.initial[w].to(at::kDouble);
-    diff2 += (b - r).pow(2).sum().item<double>();
-    update2 += r_up.pow(2).sum().item<double>();
-    got2 += b_up.pow(2).sum().item<double>();
-    dot += (r_up * b_up).sum().item<double>();
-    max_abs = std::max(max_abs, (b - r).abs().max().item<double>());
-  }
-  const double param_rel = update2 > 0 ? std::sqrt(diff2 / update2) : (diff2 > 0 ? INFINITY : 0.0);
-  item.max_abs_err = max_abs;
-  item.max_rel_err = param_rel;
-  item.cosine = update2 > 0 && got2 > 0 ? dot / std::sqrt(update2 * got2) : 1.0;
-  item.detail["param_update_rel_diff"] = std::isfinite(param_rel) ? nlohmann::json(param_rel) : nlohmann::json("inf");
-  if (!(param_rel <= options.param_update_rtol * scale)) {
-    Fail(item, std::isfinite(param_rel) ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
-         fmt::format("parameters after {} steps differ from the reference's by {:.3g} of its update",
-                     options.train_steps, param_rel));
   }
   item.seconds = Since(start);
   return item;

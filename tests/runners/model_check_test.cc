@@ -131,6 +131,11 @@ TEST(ModelCheck, WrongGradientOfOneOpPassesForwardAndFailsTraining) {
   // The first step's loss is the same: the forward pass is right.
   EXPECT_EQ(train.detail["losses_reference"][0], train.detail["losses_backend"][0]);
   EXPECT_GT(train.detail["ops"]["aten::gelu_backward"].get<int64_t>(), 0);
+  // The miss was checked against a second reference run, which reproduced
+  // the first exactly, so the tolerances stayed (Note [Reproducible training]).
+  ASSERT_TRUE(train.detail.contains("reference_reproducibility"));
+  EXPECT_EQ(train.detail["reference_reproducibility"]["grad_norm_rel"].get<double>(), 0.0);
+  EXPECT_FALSE(train.detail.contains("tolerances_widened_to"));
 }
 
 TEST(ModelCheck, BackendErrorsAndMissingKernelsAreOutcomesNamingTheOp) {
