@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "registry/registry.h"
+#include "runners/backends.h"
 #include "runners/host.h"
 
 #ifndef COVERAGE_SOURCE_DIR
@@ -117,6 +118,10 @@ Result<std::vector<runners::CaptureProfile>> LoadProfiles(const std::string& pat
     if (!found) return Status::InvalidArgument("--profile '" + name + "' is not in " + path);
   }
   return out;
+}
+
+void RegisterBackends(const GlobalOptions& /*global*/, runners::BackendRegistry& backends) {
+  runners::RegisterCpuBackend(backends);
 }
 
 }  // namespace coverage::apps

@@ -17,6 +17,9 @@ class App;
 namespace coverage::registry {
 class Registry;
 }
+namespace coverage::runners {
+class BackendRegistry;
+}
 
 namespace coverage::apps {
 
@@ -61,7 +64,13 @@ int ReportError(const Status& status);
 // in that order. Errors name the file and the profile.
 Result<std::vector<runners::CaptureProfile>> LoadProfiles(const std::string& path, const std::vector<std::string>& only);
 
+// Explicit registration (no static constructors): every backend this build
+// offers, for `run` and for its workers.
+void RegisterBackends(const GlobalOptions& global, runners::BackendRegistry& backends);
+
 void AddCaptureCommand(CLI::App& app, GlobalOptions& global);
+void AddMergeCommand(CLI::App& app, GlobalOptions& global);
+void AddWorkerCommand(CLI::App& app, GlobalOptions& global);
 void AddCrawlCommand(CLI::App& app, GlobalOptions& global);
 void AddRegistryCommand(CLI::App& app, GlobalOptions& global);
 void AddSelectCommand(CLI::App& app, GlobalOptions& global);

@@ -2,6 +2,7 @@
 // `coverage run --stage=module,model,train`: runs representatives' modules,
 // forward passes and training steps on a backend (stages/model_stage.h).
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <sstream>
 
@@ -14,6 +15,7 @@
 #include "core/sha256.h"
 #include "registry/registry.h"
 #include "runners/backends.h"
+#include "runners/isolation.h"
 #include "runners/replay.h"
 #include "stages/model_stage.h"
 #include "stages/unit_stage.h"
@@ -50,7 +52,52 @@ struct RunFlags {
   double min_cosine = 0.99;
   int64_t top_k = 5;
   double min_topk_agreement = 0.99;
+  // Isolation and sharding.
+  std::string isolation = "process";
+  std::string isolation_config;
+  std::optional<double> timeout;
+  std::optional<int> reruns;
+  std::string shard;
 };
+
+// --shard, else the environment (stages/shard.h); sharding needs one run id
+// shared by every shard.
+Result<stages::Shard> ResolveShard(const RunFlags& flags) {
+  stages::Shard shard;
+  if (!flags.shard.empty()) {
+    COV_ASSIGN_OR_RETURN(shard, stages::ParseShard(flags.shard));
+  } else {
+    COV_ASSIGN_OR_RETURN(auto from_env, stages::ShardFromEnvironment([](const char* n) { return std::getenv(n); }));
+    if (from_env) shard = *from_env;
+  }
+  if (shard.active() && flags.run_id.empty()) {
+    return Status::InvalidArgument("shard " + shard.ToString() +
+                                   ": pass --run <id>, the same for every shard, so that `coverage merge` joins "
+                                   "them into one run");
+  }
+  return shard;
+}
+
+// Worker processes for --isolation=process: the policy from
+// configs/isolation.json, overridden by --timeout and --reruns.
+Result<runners::IsolationOptions> MakeIsolation(const GlobalOptions& global, const RunFlags& flags,
+                                                runners::WorkerSetup setup) {
+  const std::string path =
+      flags.isolation_config.empty() ? global.home + "/configs/isolation.json" : flags.isolation_config;
+  COV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  runners::IsolationOptions options;
+  COV_ASSIGN_OR_RETURN(options.policy, runners::IsolationPolicy::FromJson(text, path));
+  if (flags.timeout) {
+    if (*flags.timeout <= 0) return Status::InvalidArgument("--timeout must be a positive number of seconds");
+    options.policy.unit_timeout_s = *flags.timeout;
+    options.policy.op_timeout_s.clear();
+    for (auto& [stage, t] : options.policy.stage_timeout_s) t = *flags.timeout;
+  }
+  if (flags.reruns) options.policy.reruns = *flags.reruns;
+  options.spawn.args = {"--home", global.home, "--quiet", "--threads", std::to_string(global.threads), "worker"};
+  options.setup = std::move(setup);
+  return options;
+}
 
 // "unit", or a comma-separated list of module, model and train.
 Result<std::vector<std::string>> ParseStages(const std::string& text) {
@@ -70,11 +117,11 @@ Result<std::vector<std::string>> ParseStages(const std::string& text) {
   return out;
 }
 
-// Explicit registration (no static constructors): every backend this build offers.
-runners::BackendRegistry MakeBackends() {
-  runners::BackendRegistry backends;
-  runners::RegisterCpuBackend(backends);
-  return backends;
+
+void PrintIsolationStats(const runners::IsolationStats& st, const std::string& tail) {
+  std::printf("isolation: %lld workers started, %lld crashed, %lld timed out, %lld reruns%s\n",
+              static_cast<long long>(st.workers_started), static_cast<long long>(st.crashes),
+              static_cast<long long>(st.timeouts), static_cast<long long>(st.reruns), tail.c_str());
 }
 
 int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, const std::vector<std::string>& stages,
@@ -82,7 +129,8 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
                            const std::string& tol_path, const std::string& tol_text);
 
 int RunStage(const GlobalOptions& global, const RunFlags& flags) {
-  runners::BackendRegistry backends = MakeBackends();
+  runners::BackendRegistry backends;
+  RegisterBackends(global, backends);
   if (flags.list_backends) {
     for (const auto& [name, description] : backends.List()) std::printf("%-12s %s\n", name.c_str(), description.c_str());
     return kExitOk;
@@ -115,8 +163,8 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
     filter.dims.push_back(*p);
   }
 
-  auto backend = backends.Create(flags.backend);
-  if (!backend) return ReportError(backend.error().WithContext("--backend"));
+  auto shard = ResolveShard(flags);
+  if (!shard) return ReportError(shard.error());
   auto reg = OpenRegistry(global, false);
   if (!reg) return ReportError(reg.error());
   auto count = (*reg)->CountCases();
@@ -126,15 +174,34 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
                                         "' holds no op cases; run `coverage capture` first"));
   }
 
-  ApplyHostSettings(global);
-  runners::ReplayOptions replay;
-  replay.comparison = std::move(*comparison);
-  replay.warm_iterations = flags.warm;
-  replay.golden = flags.golden == "always" ? runners::GoldenMode::kAlways
-                  : flags.golden == "never" ? runners::GoldenMode::kNever
-                                            : runners::GoldenMode::kWhenNeeded;
-  replay.seed = flags.seed;
-  runners::ReplayExecutor executor(*backend, replay);
+  runners::WorkerSetup setup;
+  setup.backend = flags.backend;
+  setup.tolerances_json = *tol_text;
+  setup.tolerances_source = tol_path;
+  setup.warm_iterations = flags.warm;
+  setup.golden = flags.golden == "always" ? runners::GoldenMode::kAlways
+                 : flags.golden == "never" ? runners::GoldenMode::kNever
+                                           : runners::GoldenMode::kWhenNeeded;
+  setup.seed = flags.seed;
+  std::unique_ptr<runners::CaseExecutor> executor;
+  runners::IsolatedCaseExecutor* isolated = nullptr;
+  if (flags.isolation == "process") {
+    // The parent never touches the backend: workers load it (Note [Worker processes]).
+    auto isolation = MakeIsolation(global, flags, setup);
+    if (!isolation) return ReportError(isolation.error());
+    auto e = std::make_unique<runners::IsolatedCaseExecutor>(std::move(*isolation));
+    Status started = e->Start();
+    if (!started.ok()) return ReportError(started.WithContext("--backend " + flags.backend));
+    isolated = e.get();
+    executor = std::move(e);
+  } else {
+    auto backend = backends.Create(flags.backend);
+    if (!backend) return ReportError(backend.error().WithContext("--backend"));
+    ApplyHostSettings(global);
+    auto replay = setup.Replay();
+    if (!replay) return ReportError(replay.error());
+    executor = std::make_unique<runners::ReplayExecutor>(*backend, std::move(*replay));
+  }
 
   stages::UnitStageOptions options;
   options.run_id = flags.run_id;
@@ -144,6 +211,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   options.git_revision = GitRevision(global.home);
   options.filter = filter;
   options.max_case_flops = flags.max_case_flops;
+  options.shard = *shard;
   options.progress = !global.quiet;
   options.stop = InstallStopHandler();
   // "replay" holds what changes results; resuming a run with other values is refused.
@@ -156,9 +224,11 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
       {"tolerances", tol_path},
       {"replay", {{"golden", flags.golden}, {"seed", flags.seed}, {"tolerances_sha256", Sha256Hex(*tol_text)}}}};
   if (flags.max_case_flops) config["max_case_flops"] = *flags.max_case_flops;
+  if (shard->active()) config["shard"] = shard->ToString();
+  config["isolation"] = flags.isolation;
   options.config_json = config.dump();
 
-  auto summary = stages::RunUnitStage(**reg, executor, options);
+  auto summary = stages::RunUnitStage(**reg, *executor, options);
   if (!summary) return ReportError(summary.error());
 
   // Per-op summary: one column per outcome that occurred.
@@ -186,12 +256,22 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   t.rows.push_back(std::move(total_row));
   std::printf("%s", t.RenderAligned().c_str());
 
-  std::printf("\nrun %s (stage unit, backend %s): %lld planned, %lld already done%s, %lld run now, %lld over the cost cap; %.1fs (%.0f%% in op compute)\n",
-              summary->run_id.c_str(), flags.backend.c_str(), static_cast<long long>(summary->planned),
+  std::printf("\nrun %s (stage unit, backend %s%s): %lld planned, %lld already done%s, %lld run now, %lld over the cost cap; %.1fs (%.0f%% in op compute)\n",
+              summary->run_id.c_str(), flags.backend.c_str(),
+              shard->active() ? fmt::format(", shard {}", shard->ToString()).c_str() : "",
+              static_cast<long long>(summary->planned),
               static_cast<long long>(summary->already_done), summary->resumed ? " (resumed)" : "",
               static_cast<long long>(summary->executed), static_cast<long long>(summary->skipped_by_cost),
               summary->seconds, summary->seconds > 0 ? 100.0 * summary->compute_seconds / summary->seconds : 0.0);
 
+  if (summary->was_in_flight > 0) {
+    std::printf("%lld cases were in flight when an earlier invocation stopped; they ran again\n",
+                static_cast<long long>(summary->was_in_flight));
+  }
+  if (isolated) {
+    PrintIsolationStats(isolated->stats(), fmt::format("; whole run: {} cases rerun, {} flaky", summary->rerun,
+                                                       summary->flaky));
+  }
   if (summary->Failed() && flags.show_failures > 0) {
     auto failing = (*reg)->Query(
         "SELECT key, summary, outcome, error FROM v_results WHERE run_id = ?1 AND outcome NOT IN "
@@ -236,11 +316,10 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
     for (const auto& p : *profiles) known |= p.name == flags.profile;
     if (!known) return ReportError(Status::InvalidArgument("--profile '" + flags.profile + "' is not in " + profiles_path));
   }
-  auto backend = backends.Create(flags.backend);
-  if (!backend) return ReportError(backend.error().WithContext("--backend"));
+  auto shard = ResolveShard(flags);
+  if (!shard) return ReportError(shard.error());
   auto reg = OpenRegistry(global, false);
   if (!reg) return ReportError(reg.error());
-  ApplyHostSettings(global);
 
   stages::ModelStageOptions options;
   options.stages = stages;
@@ -268,6 +347,7 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
   options.checks.min_cosine = flags.min_cosine;
   options.checks.top_k = flags.top_k;
   options.checks.min_topk_agreement = flags.min_topk_agreement;
+  options.shard = *shard;
   options.progress = !global.quiet;
   options.stop = InstallStopHandler();
   // "checks" holds what changes verdicts; resuming a run with other values is refused.
@@ -287,9 +367,36 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
         {"max_layers", flags.full_depth ? -1 : flags.max_layers}, {"train_steps", flags.train_steps},
         {"lr", flags.learning_rate}, {"min_cosine", flags.min_cosine}, {"top_k", flags.top_k},
         {"min_topk_agreement", flags.min_topk_agreement}}}};
+  if (shard->active()) config["shard"] = shard->ToString();
+  config["isolation"] = flags.isolation;
   options.config_json = config.dump();
 
-  auto summary = stages::RunModelStages(**reg, **backend, options);
+  std::unique_ptr<runners::ModelStageRunner> runner;
+  runners::IsolatedModelStageRunner* isolated = nullptr;
+  std::shared_ptr<runners::Backend> in_process_backend;
+  if (flags.isolation == "process") {
+    runners::WorkerSetup setup;
+    setup.backend = flags.backend;
+    setup.tolerances_json = tol_text;
+    setup.tolerances_source = tol_path;
+    setup.golden = options.checks.golden;
+    setup.seed = flags.seed;
+    setup.checks = options.checks;
+    auto isolation = MakeIsolation(global, flags, std::move(setup));
+    if (!isolation) return ReportError(isolation.error());
+    auto r = std::make_unique<runners::IsolatedModelStageRunner>(std::move(*isolation));
+    Status started = r->Start();
+    if (!started.ok()) return ReportError(started.WithContext("--backend " + flags.backend));
+    isolated = r.get();
+    runner = std::move(r);
+  } else {
+    auto backend = backends.Create(flags.backend);
+    if (!backend) return ReportError(backend.error().WithContext("--backend"));
+    ApplyHostSettings(global);
+    in_process_backend = *backend;
+    runner = std::make_unique<runners::InProcessModelStageRunner>(*in_process_backend, options.checks);
+  }
+  auto summary = stages::RunModelStages(**reg, *runner, options);
   if (!summary) return ReportError(summary.error());
 
   // Per stage: models by outcome (one column per outcome that occurred).
@@ -331,6 +438,11 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
               static_cast<long long>(summary->already_done), summary->resumed ? " (resumed)" : "",
               static_cast<long long>(summary->skipped_by_cost), static_cast<long long>(summary->blocked),
               static_cast<long long>(summary->not_built), summary->seconds);
+  if (summary->was_in_flight > 0) {
+    std::printf("%lld stages were in flight when an earlier invocation stopped; they ran again\n",
+                static_cast<long long>(summary->was_in_flight));
+  }
+  if (isolated) PrintIsolationStats(isolated->stats(), fmt::format(", {} flaky", isolated->stats().flaky));
   if (!summary->not_built_reasons.empty()) {
     std::vector<std::pair<int64_t, std::string>> reasons;
     for (const auto& [why, n] : summary->not_built_reasons) reasons.emplace_back(n, why);
@@ -433,6 +545,23 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
                   "model: share of positions where it must be")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  // Isolation and sharding.
+  cmd->add_option("--isolation", flags->isolation,
+                  "process: each case runs in a worker process (a crash or hang costs that case, which is rerun "
+                  "alone in a fresh worker); none: in this process (faster, but a crash ends the run)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"process", "none"}));
+  cmd->add_option("--isolation-config", flags->isolation_config,
+                  "Timeouts and reruns [default: <home>/configs/isolation.json]");
+  cmd->add_option("--timeout", flags->timeout,
+                  "Seconds one case (or one model stage) may take before it is killed as a timeout; overrides "
+                  "the config");
+  cmd->add_option("--reruns", flags->reruns, "Reruns of a failing case in fresh workers; overrides the config")
+      ->check(CLI::Range(0, 100));
+  cmd->add_option("--shard", flags->shard,
+                  "Run shard i of N (\"i/N\"): the cases (unit) or models whose key hashes to i; default from "
+                  "COVERAGE_SHARD_INDEX/COVERAGE_TOTAL_SHARDS, JOB_COMPLETION_INDEX (with COVERAGE_TOTAL_SHARDS) or "
+                  "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT. Needs --run; join shards with `coverage merge`");
   cmd->callback([&global, flags]() { global.exit_code = RunStage(global, *flags); });
 }
 

@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
   AddCaptureCommand(app, global);
   AddRegistryCommand(app, global);
   AddRunCommand(app, global);
+  AddMergeCommand(app, global);
+  AddWorkerCommand(app, global);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

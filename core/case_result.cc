@@ -37,6 +37,12 @@ std::string CaseResult::ToJson() const {
                  {"reference_us", timing.reference_us},     {"backend_us", timing.backend_us},
                  {"compare_us", timing.compare_us},         {"total_us", timing.total_us}};
   j["detail"] = detail_json;
+  if (attempts != 1) j["attempts"] = attempts;
+  if (flaky) j["flaky"] = true;
+  if (!attempt_outcomes.empty()) {
+    j["attempt_outcomes"] = json::array();
+    for (Outcome o : attempt_outcomes) j["attempt_outcomes"].push_back(OutcomeName(o));
+  }
   return j.dump();
 }
 
@@ -65,6 +71,15 @@ Result<CaseResult> CaseResult::FromJson(std::string_view text) {
     r.timing.total_us = t.value("total_us", 0.0);
   }
   r.detail_json = j.value("detail", std::string());
+  r.attempts = j.value("attempts", 1);
+  r.flaky = j.value("flaky", false);
+  if (j.contains("attempt_outcomes") && j["attempt_outcomes"].is_array()) {
+    for (const auto& o : j["attempt_outcomes"]) {
+      auto parsed = o.is_string() ? OutcomeFromName(o.get<std::string>()) : std::nullopt;
+      if (!parsed) return Status::Corruption("case result JSON: unknown attempt outcome " + o.dump());
+      r.attempt_outcomes.push_back(*parsed);
+    }
+  }
   return r;
 }
 

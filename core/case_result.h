@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/outcome.h"
 #include "core/result.h"
@@ -39,6 +40,10 @@ struct CaseResult {
   std::optional<double> warm_us;        // median of the warm backend calls
   CaseTiming timing;
   std::string detail_json;  // per-output details; free-form JSON object
+  // Reruns (runners/isolation.h): the outcome above is the first attempt's.
+  int attempts = 1;
+  bool flaky = false;                    // the attempts' outcomes disagree
+  std::vector<Outcome> attempt_outcomes;  // one per attempt when rerun; empty for one attempt
 
   std::string ToJson() const;
   static Result<CaseResult> FromJson(std::string_view json);

@@ -37,6 +37,17 @@ std::string DTypesColumn(const OpCase& c) {
   return out;
 }
 
+// The first column of every row, as text.
+Result<std::vector<std::string>> FirstColumn(Statement& stmt) {
+  std::vector<std::string> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out.push_back(stmt.Text(0));
+  }
+  return out;
+}
+
 }  // namespace
 
 Registry::Registry(std::unique_ptr<Database> db, int version) : db_(std::move(db)), schema_version_(version) {}
@@ -203,13 +214,7 @@ Result<std::vector<std::string>> Registry::ModelsWithoutConfig(int64_t limit) {
       "SELECT id FROM models WHERE crawled_at IS NOT NULL AND config_status IS NULL "
       "ORDER BY downloads DESC, id LIMIT ?1"));
   stmt.Bind(1, limit > 0 ? limit : int64_t{-1});
-  std::vector<std::string> out;
-  for (;;) {
-    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
-    if (!row) break;
-    out.push_back(stmt.Text(0));
-  }
-  return out;
+  return FirstColumn(stmt);
 }
 
 Status Registry::StoreConfig(const std::string& model_id, const std::string& status, const std::string& reason,
@@ -630,18 +635,63 @@ Result<std::unordered_set<int64_t>> Registry::FinishedCaseIds(const std::string&
 }
 
 Status Registry::RecordResult(const ResultRecord& r) {
+  return InTransaction(*db_, [&]() -> Status {
+    COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+        "INSERT INTO results(run_id, case_id, outcome, error, max_abs_err, max_rel_err, mismatch_frac, cosine, "
+        "error_ratio, first_call_us, warm_us, detail_json, attempts, flaky, attempt_outcomes, warm_spread_us, "
+        "counters_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) "
+        "ON CONFLICT(run_id, case_id) DO UPDATE SET outcome = excluded.outcome, error = excluded.error, "
+        "max_abs_err = excluded.max_abs_err, max_rel_err = excluded.max_rel_err, "
+        "mismatch_frac = excluded.mismatch_frac, cosine = excluded.cosine, error_ratio = excluded.error_ratio, "
+        "first_call_us = excluded.first_call_us, warm_us = excluded.warm_us, detail_json = excluded.detail_json, "
+        "attempts = excluded.attempts, flaky = excluded.flaky, attempt_outcomes = excluded.attempt_outcomes, "
+        "warm_spread_us = excluded.warm_spread_us, counters_json = excluded.counters_json, "
+        "recorded_at = strftime('%Y-%m-%dT%H:%M:%SZ','now')"));
+    stmt.Bind(1, r.run_id).Bind(2, r.case_id).Bind(3, OutcomeName(r.outcome)).Bind(4, r.error);
+    stmt.Bind(5, r.max_abs_err).Bind(6, r.max_rel_err).Bind(7, r.mismatch_frac).Bind(8, r.cosine);
+    stmt.Bind(9, r.error_ratio).Bind(10, r.first_call_us).Bind(11, r.warm_us).Bind(12, r.detail_json);
+    stmt.Bind(13, r.attempts).Bind(14, r.flaky ? 1 : 0);
+    if (r.attempt_outcomes.empty()) stmt.BindNull(15); else stmt.Bind(15, r.attempt_outcomes);
+    stmt.Bind(16, r.warm_spread_us);
+    if (r.counters_json.empty()) stmt.BindNull(17); else stmt.Bind(17, r.counters_json);
+    COV_RETURN_IF_ERROR(stmt.Run());
+    COV_ASSIGN_OR_RETURN(auto clear, db_->Prepare("DELETE FROM in_flight WHERE run_id = ?1 AND item = ?2"));
+    clear.Bind(1, r.run_id).Bind(2, "case:" + std::to_string(r.case_id));
+    return clear.Run();
+  }).WithContext("recording result of case " + std::to_string(r.case_id) + " in run " + r.run_id);
+}
+
+Status Registry::StartShard(const std::string& run_id, int shard_index, int shard_count, const std::string& host,
+                            const std::string& started_at) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "INSERT INTO results(run_id, case_id, outcome, error, max_abs_err, max_rel_err, mismatch_frac, cosine, "
-      "error_ratio, first_call_us, warm_us, detail_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
-      "ON CONFLICT(run_id, case_id) DO UPDATE SET outcome = excluded.outcome, error = excluded.error, "
-      "max_abs_err = excluded.max_abs_err, max_rel_err = excluded.max_rel_err, "
-      "mismatch_frac = excluded.mismatch_frac, cosine = excluded.cosine, error_ratio = excluded.error_ratio, "
-      "first_call_us = excluded.first_call_us, warm_us = excluded.warm_us, detail_json = excluded.detail_json, "
-      "recorded_at = strftime('%Y-%m-%dT%H:%M:%SZ','now')"));
-  stmt.Bind(1, r.run_id).Bind(2, r.case_id).Bind(3, OutcomeName(r.outcome)).Bind(4, r.error);
-  stmt.Bind(5, r.max_abs_err).Bind(6, r.max_rel_err).Bind(7, r.mismatch_frac).Bind(8, r.cosine);
-  stmt.Bind(9, r.error_ratio).Bind(10, r.first_call_us).Bind(11, r.warm_us).Bind(12, r.detail_json);
-  return stmt.Run().WithContext("recording result of case " + std::to_string(r.case_id) + " in run " + r.run_id);
+      "INSERT INTO run_shards(run_id, shard_index, shard_count, host, started_at) VALUES (?1, ?2, ?3, ?4, ?5) "
+      "ON CONFLICT(run_id, shard_index, shard_count) DO UPDATE SET host = excluded.host, finished_at = NULL"));
+  stmt.Bind(1, run_id).Bind(2, shard_index).Bind(3, shard_count).Bind(4, host).Bind(5, started_at);
+  return stmt.Run().WithContext("recording shard " + std::to_string(shard_index) + "/" + std::to_string(shard_count) +
+                                " of run " + run_id);
+}
+
+Status Registry::FinishShard(const std::string& run_id, int shard_index, int shard_count,
+                             const std::string& finished_at) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "UPDATE run_shards SET finished_at = ?4 WHERE run_id = ?1 AND shard_index = ?2 AND shard_count = ?3"));
+  stmt.Bind(1, run_id).Bind(2, shard_index).Bind(3, shard_count).Bind(4, finished_at);
+  return stmt.Run();
+}
+
+Status Registry::MarkInFlight(const std::string& run_id, const std::string& item, const std::string& host,
+                              int64_t pid) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "INSERT OR REPLACE INTO in_flight(run_id, item, started_at, host, pid) "
+      "VALUES (?1, ?2, strftime('%Y-%m-%dT%H:%M:%SZ','now'), ?3, ?4)"));
+  stmt.Bind(1, run_id).Bind(2, item).Bind(3, host).Bind(4, pid);
+  return stmt.Run().WithContext("marking " + item + " in flight in run " + run_id);
+}
+
+Result<std::vector<std::string>> Registry::InFlight(const std::string& run_id) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT item FROM in_flight WHERE run_id = ?1 ORDER BY item"));
+  stmt.Bind(1, run_id);
+  return FirstColumn(stmt);
 }
 
 Status Registry::RecordModelStage(const std::string& run_id, const std::string& model_id, const std::string& profile,
@@ -654,24 +704,28 @@ Status Registry::RecordModelStage(const std::string& run_id, const std::string& 
     COV_RETURN_IF_ERROR(del.Run());
     COV_ASSIGN_OR_RETURN(auto ins, db_->Prepare(
         "INSERT INTO model_results(run_id, model_id, profile, stage, item, outcome, error, blocked_by, family, "
-        "max_abs_err, max_rel_err, cosine, error_ratio, seconds, detail_json) "
-        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"));
+        "max_abs_err, max_rel_err, cosine, error_ratio, seconds, detail_json, attempts, flaky, attempt_outcomes) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"));
     for (const ModelResultRecord& r : items) {
       COV_RETURN_IF_ERROR(ins.Reset());
       ins.Bind(1, run_id).Bind(2, model_id).Bind(3, profile).Bind(4, stage).Bind(5, r.item);
       ins.Bind(6, OutcomeName(r.outcome)).Bind(7, r.error).Bind(8, r.blocked_by).Bind(9, r.family);
       ins.Bind(10, r.max_abs_err).Bind(11, r.max_rel_err).Bind(12, r.cosine).Bind(13, r.error_ratio);
-      ins.Bind(14, r.seconds).Bind(15, r.detail_json);
+      ins.Bind(14, r.seconds).Bind(15, r.detail_json).Bind(16, r.attempts).Bind(17, r.flaky ? 1 : 0);
+      if (r.attempt_outcomes.empty()) ins.BindNull(18); else ins.Bind(18, r.attempt_outcomes);
       COV_RETURN_IF_ERROR(ins.Run());
     }
-    return Status::Ok();
+    COV_ASSIGN_OR_RETURN(auto clear, db_->Prepare("DELETE FROM in_flight WHERE run_id = ?1 AND item = ?2"));
+    clear.Bind(1, run_id).Bind(2, "model:" + model_id + ":" + stage);
+    return clear.Run();
   }).WithContext("recording the " + stage + " stage of " + model_id + " (" + profile + ") in run " + run_id);
 }
 
 Result<std::vector<ModelResultRecord>> Registry::ModelResultsForRun(const std::string& run_id) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
       "SELECT model_id, profile, stage, item, outcome, error, blocked_by, family, max_abs_err, max_rel_err, cosine, "
-      "error_ratio, seconds, detail_json FROM model_results WHERE run_id = ?1 ORDER BY model_id, profile, "
+      "error_ratio, seconds, detail_json, attempts, flaky, attempt_outcomes FROM model_results WHERE run_id = ?1 "
+      "ORDER BY model_id, profile, "
       "CASE stage WHEN 'module' THEN 0 WHEN 'model' THEN 1 ELSE 2 END, item"));
   stmt.Bind(1, run_id);
   std::vector<ModelResultRecord> out;
@@ -696,6 +750,9 @@ Result<std::vector<ModelResultRecord>> Registry::ModelResultsForRun(const std::s
     r.error_ratio = stmt.OptionalDouble(11);
     r.seconds = stmt.Double(12);
     r.detail_json = stmt.Text(13);
+    r.attempts = static_cast<int>(stmt.Int(14));
+    r.flaky = stmt.Int(15) != 0;
+    r.attempt_outcomes = stmt.Text(16);
     out.push_back(std::move(r));
   }
   return out;
@@ -704,7 +761,8 @@ Result<std::vector<ModelResultRecord>> Registry::ModelResultsForRun(const std::s
 Result<std::vector<ResultRecord>> Registry::ResultsForRun(const std::string& run_id) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
       "SELECT case_id, outcome, error, max_abs_err, max_rel_err, mismatch_frac, cosine, error_ratio, "
-      "first_call_us, warm_us, detail_json FROM results WHERE run_id = ?1 ORDER BY case_id"));
+      "first_call_us, warm_us, detail_json, attempts, flaky, attempt_outcomes, warm_spread_us, counters_json "
+      "FROM results WHERE run_id = ?1 ORDER BY case_id"));
   stmt.Bind(1, run_id);
   std::vector<ResultRecord> out;
   for (;;) {
@@ -725,6 +783,11 @@ Result<std::vector<ResultRecord>> Registry::ResultsForRun(const std::string& run
     r.first_call_us = stmt.OptionalDouble(8);
     r.warm_us = stmt.OptionalDouble(9);
     r.detail_json = stmt.Text(10);
+    r.attempts = static_cast<int>(stmt.Int(11));
+    r.flaky = stmt.Int(12) != 0;
+    r.attempt_outcomes = stmt.Text(13);
+    r.warm_spread_us = stmt.OptionalDouble(14);
+    r.counters_json = stmt.Text(15);
     out.push_back(std::move(r));
   }
   return out;

@@ -118,6 +118,11 @@ struct ResultRecord {
   std::optional<double> first_call_us;
   std::optional<double> warm_us;
   std::string detail_json;  // per-output metrics and timing breakdown
+  int attempts = 1;               // runs of the case (1 + reruns in fresh workers)
+  bool flaky = false;             // the attempts disagreed
+  std::string attempt_outcomes;   // "crash,pass" when rerun; empty for one attempt
+  std::optional<double> warm_spread_us;
+  std::string counters_json;      // backend counters during the case; empty when none
 };
 
 // A model's config as stored, for feature extraction.
@@ -195,6 +200,22 @@ struct ModelResultRecord {
   std::optional<double> max_abs_err, max_rel_err, cosine, error_ratio;
   double seconds = 0;
   std::string detail_json = "{}";
+  int attempts = 1;
+  bool flaky = false;
+  std::string attempt_outcomes;
+};
+
+// What `MergeFrom` did.
+struct MergeSummary {
+  int64_t runs_added = 0;        // runs new to this registry
+  int64_t results_added = 0;     // op-case results
+  int64_t model_results_added = 0;
+  int64_t already_present = 0;   // identical rows that were there already
+  int64_t conflicts = 0;         // rows present with different content (kept as they were)
+  int64_t cases_added = 0;       // op cases the source had and this registry lacked
+  int64_t shards_added = 0;
+  std::vector<std::string> conflict_examples;  // up to 10 "run / item: here X, there Y"
+  std::vector<std::string> runs;               // the source's run ids
 };
 
 // A representative of a selection, with what the builder needs.
@@ -307,6 +328,28 @@ class Registry {
   Result<RunRecord> CreateOrResumeRun(const RunRecord& run, bool* resumed);
   Result<std::optional<RunRecord>> GetRun(const std::string& run_id);
   Status FinishRun(const std::string& run_id, const std::string& finished_at);
+
+  // Shards (see stages/shard.h): a run spread over N processes records one
+  // row per shard; a sharded run is finished when all N shards are.
+  Status StartShard(const std::string& run_id, int shard_index, int shard_count, const std::string& host,
+                    const std::string& started_at);
+  Status FinishShard(const std::string& run_id, int shard_index, int shard_count, const std::string& finished_at);
+
+  // Marks `item` ("case:<id>", "model:<model>:<stage>") as sent to a worker;
+  // recording its result clears the mark in the same transaction, so after a
+  // crash of the whole run InFlight names what was running.
+  Status MarkInFlight(const std::string& run_id, const std::string& item, const std::string& host, int64_t pid);
+  Result<std::vector<std::string>> InFlight(const std::string& run_id);
+
+  // Merges the runs of the registry file at `source_path` (typically shards
+  // of one run, each made from a copy of this registry) into this one:
+  // runs, shards, op-case results (matched by case key; cases this registry
+  // lacks are copied) and model results. Idempotent: rows already present
+  // are left as they are, so merging twice changes nothing; a row present
+  // with different content is a conflict, counted and kept. A run present in
+  // both with another stage, backend or configuration is an error, and
+  // nothing is merged. One transaction.
+  Result<MergeSummary> MergeFrom(const std::string& source_path);
 
   // Case ids that already have a final result in this run: anything but
   // `skipped`, which a resumed run retries.

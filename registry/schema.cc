@@ -317,6 +317,49 @@ CREATE VIEW v_model_failures AS
   ORDER BY r.run_id, r.stage, r.model_id;
 )sql";
 
+
+// Version 6: isolation and sharding. Attempts of a case (reruns in fresh
+// workers, flaky vs consistent), warm-latency spread and backend counters
+// per result; what is in flight (marked before a case is sent to a worker,
+// cleared with its result); the shards a run was spread over.
+constexpr std::string_view kV6 = R"sql(
+ALTER TABLE results ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE results ADD COLUMN flaky INTEGER NOT NULL DEFAULT 0;     -- 1: attempts disagreed
+ALTER TABLE results ADD COLUMN attempt_outcomes TEXT;                -- "crash,pass" when rerun
+ALTER TABLE results ADD COLUMN warm_spread_us REAL;
+ALTER TABLE results ADD COLUMN counters_json TEXT;                   -- backend counters during the case
+ALTER TABLE model_results ADD COLUMN attempts INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE model_results ADD COLUMN flaky INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE model_results ADD COLUMN attempt_outcomes TEXT;
+
+CREATE TABLE in_flight (
+  run_id      TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  item        TEXT NOT NULL,   -- "case:<case_id>" or "model:<model_id>:<stage>"
+  started_at  TEXT NOT NULL,
+  host        TEXT,
+  pid         INTEGER,         -- the process that owns the run
+  PRIMARY KEY (run_id, item)
+);
+
+CREATE TABLE run_shards (
+  run_id       TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  shard_index  INTEGER NOT NULL,
+  shard_count  INTEGER NOT NULL,
+  host         TEXT,
+  started_at   TEXT NOT NULL,
+  finished_at  TEXT,
+  PRIMARY KEY (run_id, shard_index, shard_count)
+);
+
+-- Cases whose attempts disagreed (flaky) or were rerun, per run.
+CREATE VIEW v_flaky AS
+  SELECT r.run_id, c.op || CASE WHEN c.overload = '' THEN '' ELSE '.' || c.overload END AS op, c.key,
+         r.outcome, r.attempts, r.attempt_outcomes, r.error
+  FROM results r JOIN op_cases c ON c.case_id = r.case_id
+  WHERE r.flaky = 1
+  ORDER BY r.run_id, op, c.key;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -326,6 +369,7 @@ const std::vector<Migration>& Migrations() {
       {3, "features of model configs, selections of representatives", kV3},
       {4, "what the model builder built, per model and profile", kV4},
       {5, "results of the module, model and train stages", kV5},
+      {6, "attempts, flakiness, counters; cases in flight; shards of a run", kV6},
   };
   return kMigrations;
 }

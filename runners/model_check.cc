@@ -1,5 +1,7 @@
 #include "runners/model_check.h"
 
+#include "core/json_double.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -529,6 +531,50 @@ ModelCheckItem CheckTraining(const selection::Features& f, const BuildPlan& plan
     }
   }
   item.seconds = Since(start);
+  return item;
+}
+
+std::vector<ModelCheckItem> InProcessModelStageRunner::Run(const std::string& stage,
+                                                           const selection::Features& features,
+                                                           const nlohmann::json& /*config*/,
+                                                           const CaptureProfile& profile, const BuildOptions& /*build*/,
+                                                           const BuildPlan& plan) {
+  if (stage == "module") return CheckModules(features, plan, profile, backend_, options_);
+  if (stage == "model") return {CheckForward(features, plan, profile, backend_, options_)};
+  return {CheckTraining(features, plan, profile, backend_, options_)};
+}
+
+nlohmann::json ModelCheckItemToJson(const ModelCheckItem& item) {
+  nlohmann::json j = {{"item", item.item},
+                      {"outcome", OutcomeName(item.outcome)},
+                      {"error", item.error},
+                      {"max_abs_err", DoubleToJson(item.max_abs_err)},
+                      {"max_rel_err", DoubleToJson(item.max_rel_err)},
+                      {"cosine", DoubleToJson(item.cosine)},
+                      {"values_compared", item.values_compared},
+                      {"detail", item.detail},
+                      {"seconds", item.seconds}};
+  if (item.error_ratio) j["error_ratio"] = DoubleToJson(*item.error_ratio);
+  return j;
+}
+
+Result<ModelCheckItem> ModelCheckItemFromJson(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("item") || !j.contains("outcome")) {
+    return Status::Corruption("model check item: expected an object with 'item' and 'outcome'");
+  }
+  ModelCheckItem item;
+  item.item = j["item"].get<std::string>();
+  auto outcome = OutcomeFromName(j["outcome"].get<std::string>());
+  if (!outcome) return Status::Corruption("model check item: unknown outcome " + j["outcome"].dump());
+  item.outcome = *outcome;
+  item.error = j.value("error", std::string());
+  item.max_abs_err = DoubleFromJson(j.value("max_abs_err", nlohmann::json())).value_or(0.0);
+  item.max_rel_err = DoubleFromJson(j.value("max_rel_err", nlohmann::json())).value_or(0.0);
+  item.cosine = DoubleFromJson(j.value("cosine", nlohmann::json())).value_or(1.0);
+  if (j.contains("error_ratio")) item.error_ratio = DoubleFromJson(j["error_ratio"]);
+  item.values_compared = j.value("values_compared", false);
+  item.detail = j.value("detail", nlohmann::json::object());
+  item.seconds = j.value("seconds", 0.0);
   return item;
 }
 

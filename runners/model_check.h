@@ -60,6 +60,10 @@ struct ModelCheckItem {
   bool values_compared = false;       // the metrics above mean something (not for errors and skips)
   nlohmann::json detail = nlohmann::json::object();  // module path, top-k, losses, grad norms, op counts
   double seconds = 0;
+  // Reruns (isolation.h): the outcome above is the first attempt's.
+  int attempts = 1;
+  bool flaky = false;
+  std::vector<Outcome> attempt_outcomes;
 };
 
 // One item per module kind the model has, in the order the kinds first run.
@@ -72,5 +76,38 @@ ModelCheckItem CheckForward(const selection::Features& features, const BuildPlan
 // options.train_steps optimizer steps ("train").
 ModelCheckItem CheckTraining(const selection::Features& features, const BuildPlan& plan,
                              const CaptureProfile& profile, Backend& backend, const ModelCheckOptions& options);
+
+// Runs one model-level stage ("module", "model" or "train") of one model and
+// returns its items. The stage loop (stages/model_stage.h) talks to this seam;
+// InProcessModelStageRunner runs on the calling thread, the isolated one
+// (isolation.h) in a worker process, which plans the model again from the
+// same inputs (`plan` is what the caller planned with `build`).
+class ModelStageRunner {
+ public:
+  virtual ~ModelStageRunner() = default;
+  virtual std::vector<ModelCheckItem> Run(const std::string& stage, const selection::Features& features,
+                                          const nlohmann::json& config, const CaptureProfile& profile,
+                                          const BuildOptions& build, const BuildPlan& plan) = 0;
+  // A failure of the harness itself (a worker that cannot start); the stage
+  // loop stops with it and does not store the last Run's items.
+  virtual Status HarnessStatus() const { return Status::Ok(); }
+};
+
+class InProcessModelStageRunner final : public ModelStageRunner {
+ public:
+  InProcessModelStageRunner(Backend& backend, ModelCheckOptions options)
+      : backend_(backend), options_(std::move(options)) {}
+  std::vector<ModelCheckItem> Run(const std::string& stage, const selection::Features& features,
+                                  const nlohmann::json& config, const CaptureProfile& profile,
+                                  const BuildOptions& build, const BuildPlan& plan) override;
+
+ private:
+  Backend& backend_;
+  ModelCheckOptions options_;
+};
+
+// JSON forms, for worker messages.
+nlohmann::json ModelCheckItemToJson(const ModelCheckItem& item);
+Result<ModelCheckItem> ModelCheckItemFromJson(const nlohmann::json& j);
 
 }  // namespace coverage::runners

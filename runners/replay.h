@@ -50,6 +50,9 @@ class CaseExecutor {
  public:
   virtual ~CaseExecutor() = default;
   virtual CaseResult Run(const OpCase& op_case) = 0;
+  // A failure of the harness itself (a worker that cannot start); the stage
+  // stops with it and does not store the last Run's result.
+  virtual Status HarnessStatus() const { return Status::Ok(); }
 };
 
 class ReplayExecutor final : public CaseExecutor {

@@ -1,6 +1,7 @@
 #include "stages/model_stage.h"
 
 #include <fnmatch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -105,6 +106,11 @@ registry::ModelResultRecord ToRecord(const runners::ModelCheckItem& item, const 
   }
   r.seconds = item.seconds;
   r.detail_json = item.detail.dump();
+  r.attempts = item.attempts;
+  r.flaky = item.flaky;
+  for (Outcome o : item.attempt_outcomes) {
+    r.attempt_outcomes += (r.attempt_outcomes.empty() ? "" : ",") + std::string(OutcomeName(o));
+  }
   return r;
 }
 
@@ -133,6 +139,12 @@ bool ModelStageSummary::Failed() const {
 
 Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::Backend& backend,
                                          const ModelStageOptions& options) {
+  runners::InProcessModelStageRunner runner(backend, options.checks);
+  return RunModelStages(registry, runner, options);
+}
+
+Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::ModelStageRunner& runner,
+                                         const ModelStageOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> stages;
   for (const char* s : kModelStages) {
@@ -152,9 +164,14 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
   COV_ASSIGN_OR_RETURN(auto models, registry.SelectionModels(options.selection_id, &selection_id));
   std::vector<registry::SelectedModel> chosen;
   for (auto& m : models) {
-    if (Matches(options.models, m.model_id)) chosen.push_back(std::move(m));
+    if (!Matches(options.models, m.model_id)) continue;
+    if (!options.shard.Contains(m.model_id)) {
+      ++summary.outside_shard;
+      continue;
+    }
+    chosen.push_back(std::move(m));
   }
-  if (chosen.empty()) {
+  if (chosen.empty() && summary.outside_shard == 0) {
     return Status::NotFound(fmt::format("no representative of selection {} matches the --model patterns", selection_id));
   }
 
@@ -169,6 +186,14 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
   run.config_json = options.config_json;
   COV_ASSIGN_OR_RETURN(auto stored_run, registry.CreateOrResumeRun(run, &summary.resumed));
   if (summary.resumed) COV_RETURN_IF_ERROR(CheckSameChecks(stored_run, options));
+  {
+    COV_ASSIGN_OR_RETURN(auto in_flight, registry.InFlight(summary.run_id));
+    summary.was_in_flight = static_cast<int64_t>(in_flight.size());
+  }
+  if (options.shard.active()) {
+    COV_RETURN_IF_ERROR(registry.StartShard(summary.run_id, options.shard.index, options.shard.count, options.host,
+                                            NowIso8601()));
+  }
 
   // What earlier invocations of this run stored: (model, stage) -> rows.
   std::map<std::pair<std::string, std::string>, std::vector<registry::ModelResultRecord>> stored;
@@ -283,14 +308,10 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
         continue;
       }
       progress.Update(static_cast<int64_t>(i), fmt::format("{} failing | {} {}", failing, stage, model.model_id));
-      std::vector<runners::ModelCheckItem> items;
-      if (stage == "module") {
-        items = runners::CheckModules(*features, plan, *profile, backend, options.checks);
-      } else if (stage == "model") {
-        items.push_back(runners::CheckForward(*features, plan, *profile, backend, options.checks));
-      } else {
-        items.push_back(runners::CheckTraining(*features, plan, *profile, backend, options.checks));
-      }
+      COV_RETURN_IF_ERROR(registry.MarkInFlight(summary.run_id, "model:" + model.model_id + ":" + stage,
+                                                options.host, getpid()));
+      std::vector<runners::ModelCheckItem> items = runner.Run(stage, *features, config, *profile, build, plan);
+      COV_RETURN_IF_ERROR(runner.HarnessStatus());
       for (const auto& item : items) {
         rows.push_back(ToRecord(item, plan.family));
         nlohmann::json d = nlohmann::json::parse(rows.back().detail_json);
@@ -326,7 +347,12 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
       }
     }
   }
-  if (!summary.interrupted) COV_RETURN_IF_ERROR(registry.FinishRun(summary.run_id, NowIso8601()));
+  if (!summary.interrupted) {
+    COV_RETURN_IF_ERROR(options.shard.active()
+                            ? registry.FinishShard(summary.run_id, options.shard.index, options.shard.count,
+                                                   NowIso8601())
+                            : registry.FinishRun(summary.run_id, NowIso8601()));
+  }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

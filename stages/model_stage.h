@@ -31,6 +31,7 @@
 #include "core/result.h"
 #include "runners/blocks.h"
 #include "runners/model_check.h"
+#include "stages/shard.h"
 
 namespace coverage::registry {
 class Registry;
@@ -62,6 +63,7 @@ struct ModelStageOptions {
   std::optional<double> max_model_flops;  // per model and stage
   bool gate = false;
   runners::ModelCheckOptions checks;
+  Shard shard;                        // run only this shard's models (all stages of a model stay together)
   bool progress = true;
   const std::atomic<bool>* stop = nullptr;
 };
@@ -76,6 +78,8 @@ struct ModelStageSummary {
   int64_t executed = 0;         // (model, stage) pairs run now
   int64_t skipped_by_cost = 0;
   int64_t blocked = 0;          // skipped by the gate
+  int64_t outside_shard = 0;    // representatives other shards run
+  int64_t was_in_flight = 0;    // stages an earlier invocation sent to a worker and did not finish
   double seconds = 0;
   // Whole run: per stage, models by their worst item's outcome.
   std::map<std::string, std::map<Outcome, int64_t>> per_stage;
@@ -86,6 +90,12 @@ struct ModelStageSummary {
   bool Failed() const;
 };
 
+// Runs each (model, stage) through `runner` (in-process or in a worker,
+// runners/isolation.h). Each is marked in flight before it is sent and
+// the mark is cleared with its results, in one transaction.
+Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::ModelStageRunner& runner,
+                                         const ModelStageOptions& options);
+// In-process on `backend`, with options.checks.
 Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::Backend& backend,
                                          const ModelStageOptions& options);
 

@@ -43,6 +43,11 @@ registry::ResultRecord ToRecord(const std::string& run_id, int64_t case_id, cons
                                 R"("backend_us":{:.1f},"compare_us":{:.1f},"total_us":{:.1f}}},"replay":{}}})",
                                 r.timing.materialize_us, r.timing.golden_us, r.timing.reference_us, r.timing.backend_us,
                                 r.timing.compare_us, r.timing.total_us, r.detail_json.empty() ? "null" : r.detail_json);
+  rec.attempts = r.attempts;
+  rec.flaky = r.flaky;
+  for (Outcome o : r.attempt_outcomes) {
+    rec.attempt_outcomes += (rec.attempt_outcomes.empty() ? "" : ",") + std::string(OutcomeName(o));
+  }
   return rec;
 }
 
@@ -111,6 +116,17 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
   if (summary.resumed) COV_RETURN_IF_ERROR(CheckSameReplayConfig(stored_run, options));
 
   COV_ASSIGN_OR_RETURN(auto finished, registry.FinishedCaseIds(summary.run_id));
+  COV_ASSIGN_OR_RETURN(auto in_flight, registry.InFlight(summary.run_id));
+  summary.was_in_flight = static_cast<int64_t>(in_flight.size());
+  if (options.shard.active()) {
+    COV_RETURN_IF_ERROR(registry.StartShard(summary.run_id, options.shard.index, options.shard.count, options.host,
+                                            NowIso8601()));
+    std::erase_if(cases, [&](const registry::StoredCase& c) {
+      const bool other = !options.shard.Contains(c.key);
+      summary.outside_shard += other;
+      return other;
+    });
+  }
   summary.planned = static_cast<int64_t>(cases.size());
 
   std::vector<const registry::StoredCase*> todo;
@@ -138,7 +154,10 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
                                  *options.max_case_flops);
       ++summary.skipped_by_cost;
     } else {
+      COV_RETURN_IF_ERROR(registry.MarkInFlight(summary.run_id, "case:" + std::to_string(c.case_id), options.host,
+                                                getpid()));
       result = executor.Run(c.op_case);
+      COV_RETURN_IF_ERROR(executor.HarnessStatus());
       ++summary.executed;
       summary.compute_seconds += result.timing.ComputeUs() / 1e6;
     }
@@ -158,8 +177,17 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
     if (it == by_id.end()) continue;  // outside this invocation's filter
     ++summary.per_op[it->second->op_case.QualifiedName()].counts[r.outcome];
     ++summary.totals.counts[r.outcome];
+    summary.flaky += r.flaky;
+    summary.rerun += r.attempts > 1;
   }
-  if (!summary.interrupted) COV_RETURN_IF_ERROR(registry.FinishRun(summary.run_id, NowIso8601()));
+  if (!summary.interrupted) {
+    // A shard finishes its part; the run is finished when `coverage merge`
+    // has every shard (Registry::MergeFrom).
+    COV_RETURN_IF_ERROR(options.shard.active()
+                            ? registry.FinishShard(summary.run_id, options.shard.index, options.shard.count,
+                                                   NowIso8601())
+                            : registry.FinishRun(summary.run_id, NowIso8601()));
+  }
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

@@ -2,6 +2,11 @@
 // the CPU reference; each result is written to the registry as soon as it is
 // known, so an interrupted run loses at most the case in flight.
 //
+// Each case is marked in flight before it is sent to the executor, and the
+// mark is cleared with its result in one transaction (Registry::MarkInFlight),
+// so a run killed at any moment (SIGKILL included) resumes with nothing lost
+// and nothing twice.
+//
 // Resuming: running again with the same run id skips the cases that already
 // have a final result in that run (no rerun, no duplicate rows); cases
 // recorded as skipped are retried, since a cost cap or the data may have
@@ -21,6 +26,7 @@
 #include "core/outcome.h"
 #include "core/result.h"
 #include "registry/case_query.h"
+#include "stages/shard.h"
 
 namespace coverage::registry {
 class Registry;
@@ -42,6 +48,7 @@ struct UnitStageOptions {
                                         // member (what changes results) must match on resume
   registry::CaseFilter filter;          // which cases to plan
   std::optional<double> max_case_flops; // costlier cases are recorded as skipped
+  Shard shard;                          // run only this shard's cases (stages/shard.h)
   bool progress = true;
   const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT) to stop after the current case
 };
@@ -59,6 +66,10 @@ struct UnitStageSummary {
   int64_t already_done = 0;   // had results before this invocation (resume)
   int64_t executed = 0;       // run now
   int64_t skipped_by_cost = 0;
+  int64_t outside_shard = 0;  // cases matching the filter that other shards run
+  int64_t was_in_flight = 0;  // sent to a worker by an earlier invocation that stopped before their result
+  int64_t flaky = 0;          // whole run: cases whose attempts disagreed
+  int64_t rerun = 0;          // whole run: cases run more than once
   double seconds = 0;
   double compute_seconds = 0;  // time inside dispatcher calls (see CaseTiming)
   std::map<std::string, OpOutcomeCounts> per_op;  // whole run, including earlier invocations

@@ -1,4 +1,5 @@
 #include <atomic>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -176,6 +177,77 @@ TEST_F(UnitStage, ReusingARunIdForAnotherBackendIsRefused) {
   auto s = RunUnitStage(*reg_, exec, options);
   ASSERT_FALSE(s.has_value());
   EXPECT_EQ(s.error().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(UnitStage, ShardsRunDisjointCasesThatTogetherAreAllOfThem) {
+  std::set<std::string> all;
+  int64_t planned = 0;
+  for (int i = 0; i < 3; ++i) {
+    CountingExecutor exec;
+    UnitStageOptions options{.run_id = "sharded", .shard = {i, 3}, .progress = false};
+    auto s = RunUnitStage(*reg_, exec, options);
+    ASSERT_TRUE(s.has_value()) << s.error().ToString();
+    EXPECT_EQ(s->planned + s->outside_shard, 10);
+    planned += s->planned;
+    for (const auto& key : exec.seen) {
+      EXPECT_TRUE(all.insert(key).second) << key << " ran in two shards";
+      EXPECT_TRUE((Shard{i, 3}.Contains(key)));
+    }
+  }
+  EXPECT_EQ(planned, 10);
+  EXPECT_EQ(all.size(), 10u);
+  // Shards finish their part; the run itself is finished by `coverage merge`.
+  EXPECT_TRUE((*reg_->GetRun("sharded"))->finished_at.empty());
+  auto shards = reg_->Query("SELECT COUNT(*) FROM run_shards WHERE run_id = 'sharded' AND finished_at IS NOT NULL");
+  EXPECT_EQ(shards->rows[0][0], "3");
+}
+
+// Looks at the registry while a case runs, and can fail as a harness.
+class InspectingExecutor final : public runners::CaseExecutor {
+ public:
+  explicit InspectingExecutor(registry::Registry& r) : reg(r) {}
+  CaseResult Run(const OpCase&) override {
+    ++runs;
+    in_flight_seen.push_back(reg.InFlight(run_id)->size());
+    if (runs == fail_at) harness = Status::Aborted("worker cannot start");
+    return CaseResult{};
+  }
+  Status HarnessStatus() const override { return harness; }
+  registry::Registry& reg;
+  std::string run_id;
+  int runs = 0;
+  int fail_at = -1;
+  std::vector<size_t> in_flight_seen;
+  Status harness;
+};
+
+TEST_F(UnitStage, EachCaseIsInFlightWhileItRunsAndClearedWithItsResult) {
+  InspectingExecutor exec(*reg_);
+  exec.run_id = "flight";
+  UnitStageOptions options{.run_id = "flight", .progress = false};
+  ASSERT_TRUE(RunUnitStage(*reg_, exec, options).has_value());
+  EXPECT_EQ(exec.in_flight_seen, std::vector<size_t>(10, 1));
+  EXPECT_TRUE(reg_->InFlight("flight")->empty());
+}
+
+TEST_F(UnitStage, AHarnessFailureStopsTheRunWithoutStoringTheCaseAndAResumeRunsIt) {
+  InspectingExecutor exec(*reg_);
+  exec.run_id = "harness";
+  exec.fail_at = 3;
+  UnitStageOptions options{.run_id = "harness", .progress = false};
+  auto s = RunUnitStage(*reg_, exec, options);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message().find("worker cannot start"), std::string::npos);
+  EXPECT_EQ(ResultRows("harness"), 2);
+  EXPECT_EQ(reg_->InFlight("harness")->size(), 1u);
+
+  CountingExecutor again;
+  auto resumed = RunUnitStage(*reg_, again, options);
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_EQ(resumed->was_in_flight, 1);
+  EXPECT_EQ(again.runs, 8);
+  EXPECT_EQ(ResultRows("harness"), 10);
+  EXPECT_TRUE(reg_->InFlight("harness")->empty());
 }
 
 }  // namespace

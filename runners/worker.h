@@ -1,0 +1,99 @@
+// WorkerProcess: one worker process of the `coverage` binary, spawned (never
+// forked from a process that may already have touched a device) and spoken
+// to over a socket with one JSON message per line. Torch-free: the parent
+// that owns the results database never runs a case itself.
+//
+// Layout of the child (Note [Worker processes]):
+//   fd 3       a Unix stream socket: requests in, replies out, one line each
+//   fd 1, 2    one pipe the parent drains; its last lines name what a
+//              crashing case printed
+//   process    its own process group (a terminal's Ctrl-C reaches the parent
+//              only; the parent stops cleanly and kills its workers), and
+//              environment COVERAGE_WORKER=1, COVERAGE_ATTEMPT=<attempt>
+// The child should arrange to die with its parent (PR_SET_PDEATHSIG), so a
+// SIGKILL of the whole run leaves no worker behind; RunWorkerLoop does.
+//
+// Thread safety: a WorkerProcess is used by one thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+
+namespace coverage::runners {
+
+struct WorkerSpawnOptions {
+  std::string executable;          // the binary; empty: this process's own (/proc/self/exe)
+  std::vector<std::string> args;   // after argv[0], e.g. {"--home", "/src", "worker"}
+  int attempt = 1;                 // exported as COVERAGE_ATTEMPT
+  size_t stderr_tail_lines = 20;   // kept for crash reports
+};
+
+// How one request ended.
+struct WorkerReply {
+  enum class Kind {
+    kReply,    // a reply line arrived
+    kDied,     // the worker exited or was killed by a signal before replying
+    kTimeout,  // no reply before the deadline; the worker was killed
+  };
+  Kind kind = Kind::kReply;
+  std::string line;         // kReply: the reply, without the newline
+  int term_signal = 0;      // kDied: the signal that ended it, if any
+  int exit_status = -1;     // kDied: its exit status, if it exited
+  std::string stderr_tail;  // kDied, kTimeout: the last lines it printed
+  double seconds = 0;       // from sending to the reply (or death)
+
+  // "signal 11 (SIGSEGV)" or "exit status 3".
+  std::string DeathDescription() const;
+};
+
+class WorkerProcess {
+ public:
+  // Starts the child. Errors: the executable cannot be spawned.
+  static Result<std::unique_ptr<WorkerProcess>> Spawn(const WorkerSpawnOptions& options);
+  ~WorkerProcess();  // kills the child (its process group) and reaps it
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  // Sends `request` (one line, no newline inside) and waits up to
+  // `timeout_s` for a reply. After kDied or kTimeout the worker is gone and
+  // every later Call returns kDied at once.
+  WorkerReply Call(const std::string& request, double timeout_s);
+
+  bool alive() const { return alive_; }
+  pid_t pid() const { return pid_; }
+  int attempt() const { return attempt_; }
+
+ private:
+  WorkerProcess() = default;
+  void DrainStderr(bool until_eof);
+  void KillAndReap(WorkerReply* reply);
+  std::string StderrTail() const;
+
+  pid_t pid_ = -1;
+  int attempt_ = 1;
+  int socket_fd_ = -1;
+  int stderr_fd_ = -1;
+  bool alive_ = false;
+  std::string pending_;              // bytes received after the last reply line
+  std::string stderr_partial_;       // an unfinished stderr line
+  std::deque<std::string> stderr_lines_;
+  size_t stderr_tail_lines_ = 20;
+};
+
+// Name of a signal for people: "SIGSEGV"; "signal 77" when unknown.
+std::string SignalName(int signal);
+
+// The worker side: reads request lines from fd 3 and answers each with
+// `handle(request)`, until the socket closes. Dies with the parent.
+// Returns the process exit code.
+int RunWorkerLoop(const std::function<std::string(const std::string& request)>& handle);
+
+}  // namespace coverage::runners

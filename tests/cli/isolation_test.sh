@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Worker isolation and sharding end to end through the CLI:
+#   - a run killed with SIGKILL at several random points and resumed with its
+#     run id ends with results identical to an uninterrupted run (no case lost,
+#     none twice), and leaves no worker process behind;
+#   - shards 0..N-1 (deploy/local/run_shards.sh) merged equal the unsharded run,
+#     and merging again changes nothing;
+#   - a model stage runs in a worker too.
+# Needs COVERAGE_BIN and COVERAGE_HOME.
+set -uo pipefail
+BIN=${COVERAGE_BIN:?set COVERAGE_BIN}
+SRC=${COVERAGE_HOME:?set COVERAGE_HOME}
+TMP=$(mktemp -d)
+trap 'pkill -9 -f "$TMP/home" 2>/dev/null; rm -rf "$TMP"' EXIT
+source "$(dirname "$0")/lib.sh"
+# A home of our own, so that our workers (started with --home) can be told
+# apart from those of tests running in parallel.
+mkdir -p "$TMP/home"
+ln -s "$SRC/configs" "$TMP/home/configs"
+ln -s "$SRC/data" "$TMP/home/data"
+export COVERAGE_HOME=$TMP/home
+DB=$TMP/r.db
+workers() { pgrep -f -- "--home $TMP/home" | wc -l; }
+
+"$BIN" -q --registry "$DB" capture > "$TMP/capture.out" 2>&1
+check "capture for the isolation tests" test "$(sqlite3 "$DB" 'SELECT COUNT(*) FROM op_cases')" -gt 100
+
+# Results as content, by case key: what must not depend on interruptions.
+results() {
+  sqlite3 "$1" "SELECT c.key, r.outcome, r.error, r.max_abs_err, r.max_rel_err, r.mismatch_frac, r.cosine,
+                       r.error_ratio, r.attempts, r.flaky
+                FROM results r JOIN op_cases c ON c.case_id = r.case_id WHERE r.run_id = '$2' ORDER BY c.key"
+}
+
+# 1. The uninterrupted reference run.
+"$BIN" -q --registry "$DB" run --stage=unit --run whole > "$TMP/whole.out" 2>&1
+check "uninterrupted run passes" test $? -eq 0
+results "$DB" whole > "$TMP/whole.txt"
+total=$(wc -l < "$TMP/whole.txt")
+check "uninterrupted run has every case" test "$total" -eq "$(sqlite3 "$DB" 'SELECT COUNT(*) FROM op_cases')"
+
+# 2. The same run, SIGKILLed at random points until it finishes: each time
+# once a random number of further results is stored (or at once, before the
+# first one, when the draw is 0).
+stored() { sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id = 'killed'" 2>/dev/null || echo 0; }
+kills=0
+seen=""
+while [ "$kills" -lt 5 ]; do
+  done_now=$(stored)
+  [ "$done_now" -ge "$total" ] && break
+  target=$((done_now + RANDOM % ((total - done_now) / 3 + 1)))
+  "$BIN" -q --registry "$DB" run --stage=unit --run killed > "$TMP/killed.out" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null && [ "$(stored)" -lt "$target" ]; do sleep 0.02; done
+  kill -9 "$pid" 2>/dev/null && kills=$((kills + 1)) && seen="$seen $(stored)"
+  wait "$pid" 2>/dev/null
+  # Workers die with their parent.
+  for _ in $(seq 100); do [ "$(workers)" -eq 0 ] && break; sleep 0.05; done
+  check "no worker outlives a killed run (kill $kills)" test "$(workers)" -eq 0
+done
+"$BIN" -q --registry "$DB" run --stage=unit --run killed > "$TMP/killed.out" 2>&1
+check "the resumed run finishes" test $? -eq 0
+echo "killed $kills times, with results stored at each kill:$seen"
+check "the run was killed at several points" test "$kills" -ge 3
+results "$DB" killed > "$TMP/killed.txt"
+check "killed-and-resumed results equal the uninterrupted run" cmp -s "$TMP/whole.txt" "$TMP/killed.txt"
+check "nothing left in flight" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM in_flight WHERE run_id = 'killed'")" -eq 0
+check "the killed run is finished" test -n "$(sqlite3 "$DB" "SELECT finished_at FROM runs WHERE run_id = 'killed'")"
+
+# 3. Shards merged equal the unsharded run.
+cp "$DB" "$TMP/merged.db"
+COVERAGE_BIN=$BIN bash "$SRC/deploy/local/run_shards.sh" "$TMP/merged.db" 3 sharded --stage=unit > "$TMP/shards.out" 2>&1
+check "three shards run and merge" test $? -eq 0 || cat "$TMP/shards.out" >&2
+results "$TMP/merged.db" sharded > "$TMP/sharded.txt"
+check "merged shards equal the unsharded run" cmp -s "$TMP/whole.txt" "$TMP/sharded.txt"
+check "the merged run is finished" contains "$TMP/shards.out" "finished (3 of 3 shards finished)"
+shard_total=0
+for i in 0 1 2; do
+  n=$(sqlite3 "$TMP/shards/sharded/shard-$i.db" "SELECT COUNT(*) FROM results WHERE run_id = 'sharded'")
+  check "shard $i ran a part" test "$n" -gt 0 -a "$n" -lt "$total"
+  shard_total=$((shard_total + n))
+done
+check "the shards' parts add up to the whole" test "$shard_total" -eq "$total"
+before=$(sqlite3 "$TMP/merged.db" "SELECT COUNT(*), SUM(LENGTH(outcome)) FROM results")
+"$BIN" --registry "$TMP/merged.db" merge "$TMP"/shards/sharded/shard-*.db > "$TMP/merge2.out" 2>&1
+check "merging again succeeds" test $? -eq 0
+check "merging again adds nothing" contains "$TMP/merge2.out" "0 results and 0 model results added"
+check "merging again changes nothing" test "$before" = "$(sqlite3 "$TMP/merged.db" "SELECT COUNT(*), SUM(LENGTH(outcome)) FROM results")"
+
+# 4. Sharding needs one run id, and bad shard values are explained.
+"$BIN" --registry "$DB" run --stage=unit --shard 1/2 > "$TMP/noid.out" 2>&1
+check "a shard without --run is refused" test $? -eq 2
+check "the refusal says why" contains "$TMP/noid.out" "pass --run"
+"$BIN" --registry "$DB" run --stage=unit --shard 2/2 --run x > "$TMP/bad.out" 2>&1
+check "an index out of range is refused" test $? -eq 2
+check "the range is named" contains "$TMP/bad.out" "outside 0..1"
+JOB_COMPLETION_INDEX=0 "$BIN" --registry "$DB" run --stage=unit --run x > "$TMP/k8s.out" 2>&1
+check "an Indexed Job index without the count is refused" contains "$TMP/k8s.out" "COVERAGE_TOTAL_SHARDS"
+"$BIN" --registry "$TMP/merged.db" merge "$TMP/missing.db" > "$TMP/missing.out" 2>&1
+check "merging a missing file is refused" test $? -eq 2
+"$BIN" --registry "$DB" run --stage=unit --isolation-config "$TMP/none.json" > "$TMP/conf.out" 2>&1
+check "a missing isolation config is refused" contains "$TMP/conf.out" "none.json"
+
+echo "isolation_test: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
