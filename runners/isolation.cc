@@ -86,7 +86,7 @@ Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::st
   if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(src + ": not a JSON object");
   IsolationPolicy p;
   static const char* kKnown[] = {"comment", "timeout_s", "op_timeout_s", "stage_timeout_s", "startup_timeout_s",
-                                 "reruns", "rerun_model_failures"};
+                                 "reruns", "rerun_model_failures", "standby"};
   for (const auto& [key, value] : j.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return Status::InvalidArgument(src + ": unknown key '" + key + "'");
@@ -123,6 +123,10 @@ Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::st
       return Status::InvalidArgument(src + ": 'rerun_model_failures' must be true or false");
     }
     p.rerun_model_failures = j["rerun_model_failures"].get<bool>();
+  }
+  if (j.contains("standby")) {
+    if (!j["standby"].is_boolean()) return Status::InvalidArgument(src + ": 'standby' must be true or false");
+    p.standby = j["standby"].get<bool>();
   }
   return p;
 }
@@ -196,10 +200,23 @@ json CaptureProfileToJson(const CaptureProfile& p) {
 
 // ---------------------------------------------------------------- parent side
 
-Result<std::unique_ptr<WorkerProcess>> WorkerPool::StartWorker(int attempt) {
+void WorkerPool::SpawnStandby() {
+  if (!options_.policy.standby || (standby_ && standby_->alive())) return;
   WorkerSpawnOptions spawn = options_.spawn;
-  spawn.attempt = attempt;
-  COV_ASSIGN_OR_RETURN(auto worker, WorkerProcess::Spawn(spawn));
+  spawn.attempt = 1;
+  auto w = WorkerProcess::Spawn(spawn);
+  standby_ = w ? std::move(*w) : nullptr;  // no spare is only slower
+}
+
+Result<std::unique_ptr<WorkerProcess>> WorkerPool::StartWorker(int attempt) {
+  std::unique_ptr<WorkerProcess> worker;
+  if (attempt == 1 && standby_ && standby_->alive()) {
+    worker = std::move(standby_);
+  } else {
+    WorkerSpawnOptions spawn = options_.spawn;
+    spawn.attempt = attempt;
+    COV_ASSIGN_OR_RETURN(worker, WorkerProcess::Spawn(spawn));
+  }
   ++stats_.workers_started;
   const std::string setup = json{{"setup", options_.setup.ToJson()}}.dump();
   WorkerReply reply = worker->Call(setup, options_.policy.startup_timeout_s);
@@ -222,6 +239,7 @@ Result<std::unique_ptr<WorkerProcess>> WorkerPool::StartWorker(int attempt) {
 Status WorkerPool::EnsureWorker() {
   if (worker_ && worker_->alive()) return Status::Ok();
   COV_ASSIGN_OR_RETURN(worker_, StartWorker(1));
+  SpawnStandby();
   return Status::Ok();
 }
 

@@ -52,6 +52,9 @@ struct IsolationPolicy {
   // Model stages are rerun only after a crash or timeout: their verdicts are
   // deterministic (seeded inputs and weights) and a rerun costs a whole model.
   bool rerun_model_failures = false;
+  // Keep one spare worker started (its libraries loaded) so that a crashed
+  // or hung worker is replaced without waiting for a process start.
+  bool standby = true;
 
   double TimeoutFor(const OpCase& op_case) const;
   double TimeoutForStage(const std::string& stage) const;
@@ -105,8 +108,10 @@ class WorkerPool {
 
  private:
   Result<std::unique_ptr<WorkerProcess>> StartWorker(int attempt);
+  void SpawnStandby();
   IsolationOptions options_;
   std::unique_ptr<WorkerProcess> worker_;
+  std::unique_ptr<WorkerProcess> standby_;  // spawned, not yet set up (attempt 1)
   IsolationStats stats_;
 };
 
