@@ -14,6 +14,7 @@
 #include "core/sha256.h"
 #include "registry/registry.h"
 #include "runners/backends.h"
+#include "runners/plugin_backend.h"
 #include "runners/replay.h"
 #include "stages/model_stage.h"
 #include "stages/unit_stage.h"
@@ -71,9 +72,13 @@ Result<std::vector<std::string>> ParseStages(const std::string& text) {
 }
 
 // Explicit registration (no static constructors): every backend this build offers.
-runners::BackendRegistry MakeBackends() {
+runners::BackendRegistry MakeBackends(const GlobalOptions& global) {
   runners::BackendRegistry backends;
   runners::RegisterCpuBackend(backends);
+  runners::RegisterCudaBackend(backends);
+  // sim's configuration travels in $COVERAGE_SIM_CONFIG so that worker
+  // processes inherit it; by default the shipped configs/sim.json.
+  runners::RegisterPluginBackends(backends, {.default_config_path = global.home + "/configs/sim.json"});
   return backends;
 }
 
@@ -82,9 +87,12 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
                            const std::string& tol_path, const std::string& tol_text);
 
 int RunStage(const GlobalOptions& global, const RunFlags& flags) {
-  runners::BackendRegistry backends = MakeBackends();
+  runners::BackendRegistry backends = MakeBackends(global);
   if (flags.list_backends) {
-    for (const auto& [name, description] : backends.List()) std::printf("%-12s %s\n", name.c_str(), description.c_str());
+    for (const auto& b : backends.Describe()) {
+      std::printf("%-18s %-11s %s%s\n", b.name.c_str(), b.available ? "available" : "unavailable", b.description.c_str(),
+                  b.available ? "" : (" (" + b.reason + ")").c_str());
+    }
     return kExitOk;
   }
   auto stages = ParseStages(flags.stage);
