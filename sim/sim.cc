@@ -142,10 +142,13 @@ void SetGeometry(at::Tensor& t, c10::IntArrayRef sizes, c10::IntArrayRef strides
   t.unsafeGetTensorImpl()->set_storage_offset(offset);
 }
 
-// A tensor of `storage` with the given geometry, dispatched as `key`.
-at::Tensor TensorOver(c10::Storage storage, c10::DispatchKey key, caffe2::TypeMeta dtype, c10::IntArrayRef sizes,
+// A tensor of `storage` with the given geometry and exactly the dispatch
+// keys `keys`. Like ATen's own views it takes its keys from the tensor it
+// stands for, not from the current InferenceMode: a view made inside
+// InferenceMode of a normal tensor is a normal tensor.
+at::Tensor TensorOver(c10::Storage storage, c10::DispatchKeySet keys, caffe2::TypeMeta dtype, c10::IntArrayRef sizes,
                       c10::IntArrayRef strides, int64_t offset) {
-  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), dtype);
+  at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, std::move(storage), keys, dtype);
   SetGeometry(t, sizes, strides, offset);
   return t;
 }
@@ -172,8 +175,9 @@ at::Tensor HostView(const at::Tensor& sim) {
   const c10::Storage& s = sim.storage();
   c10::Storage cpu(c10::Storage::use_byte_size_t(), s.nbytes(), c10::DataPtr(s.data_ptr().get(), c10::Device(c10::kCPU)),
                    c10::GetCPUAllocator(), /*resizable=*/true);
-  return TensorOver(std::move(cpu), c10::DispatchKey::CPU, sim.dtype(), sim.sizes(), sim.strides(),
-                    sim.storage_offset());
+  c10::DispatchKeySet keys(c10::DispatchKey::CPU);
+  if (!sim.is_inference()) keys = keys | c10::DispatchKeySet({c10::DispatchKey::AutogradCPU, c10::DispatchKey::ADInplaceOrView});
+  return TensorOver(std::move(cpu), keys, sim.dtype(), sim.sizes(), sim.strides(), sim.storage_offset());
 }
 
 at::Tensor OnHost(const at::Tensor& t) { return IsSim(t) ? HostView(t) : t; }
@@ -579,14 +583,14 @@ class HostCall {
     const char* p = static_cast<const char*>(t.storage().data_ptr().get());
     for (const Alias& a : aliases_) {
       if (impl == a.storage || impl == a.host.storage().unsafeGetStorageImpl()) {
-        return TensorOver(a.sim.storage(), c10::DispatchKey::PrivateUse1, t.dtype(), t.sizes(), t.strides(),
+        return TensorOver(a.sim.storage(), a.sim.key_set(), t.dtype(), t.sizes(), t.strides(),
                           t.storage_offset());
       }
       // Memory inside a sim argument's bytes under another storage object.
       if (p != nullptr && p >= a.data && p < a.data + a.nbytes) {
         const int64_t bytes = (p - a.data) + t.storage_offset() * static_cast<int64_t>(t.dtype().itemsize());
         if (bytes % static_cast<int64_t>(t.dtype().itemsize()) == 0) {
-          return TensorOver(a.sim.storage(), c10::DispatchKey::PrivateUse1, t.dtype(), t.sizes(), t.strides(),
+          return TensorOver(a.sim.storage(), a.sim.key_set(), t.dtype(), t.sizes(), t.strides(),
                             bytes / static_cast<int64_t>(t.dtype().itemsize()));
         }
       }

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
 #include "runners/backend.h"
@@ -141,6 +143,16 @@ TEST_F(SimOps, ViewsShareTheSimStorage) {
   auto parts = s.split(1, 1);
   ASSERT_EQ(parts.size(), 3u);
   ExpectSame(parts[1], a.split(1, 1)[1], "split");
+}
+
+TEST_F(SimOps, ViewsMadeInInferenceModeOfNormalTensorsStayNormal) {
+  at::Tensor s = OnSim(at::randn({4, 6}));
+  ASSERT_FALSE(s.is_inference());
+  c10::InferenceMode inference;
+  at::Tensor v = s.t();
+  EXPECT_FALSE(v.is_inference());  // as ATen's own views: the model stage routes ops this way
+  EXPECT_TRUE(at::OptionalDeviceGuard(kSim).current_device().has_value());
+  ExpectSame(at::mm(OnSim(at::eye(6)), v).t(), s.cpu(), "mm through views");
 }
 
 TEST_F(SimOps, InPlaceAndOutVariantsWriteIntoTheirArguments) {
