@@ -13,6 +13,7 @@
 
 #include "registry/registry.h"
 #include "runners/backends.h"
+#include "runners/plugin_backend.h"
 #include "runners/host.h"
 
 #ifndef COVERAGE_SOURCE_DIR
@@ -120,8 +121,12 @@ Result<std::vector<runners::CaptureProfile>> LoadProfiles(const std::string& pat
   return out;
 }
 
-void RegisterBackends(const GlobalOptions& /*global*/, runners::BackendRegistry& backends) {
+void RegisterBackends(const GlobalOptions& global, runners::BackendRegistry& backends) {
   runners::RegisterCpuBackend(backends);
+  runners::RegisterCudaBackend(backends);
+  // sim's configuration travels in $COVERAGE_SIM_CONFIG so that worker
+  // processes inherit it; by default the shipped configs/sim.json.
+  runners::RegisterPluginBackends(backends, {.default_config_path = global.home + "/configs/sim.json"});
 }
 
 }  // namespace coverage::apps

@@ -117,7 +117,6 @@ Result<std::vector<std::string>> ParseStages(const std::string& text) {
   return out;
 }
 
-
 void PrintIsolationStats(const runners::IsolationStats& st, const std::string& tail) {
   std::printf("isolation: %lld workers started, %lld crashed, %lld timed out, %lld reruns%s\n",
               static_cast<long long>(st.workers_started), static_cast<long long>(st.crashes),
@@ -132,7 +131,10 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   runners::BackendRegistry backends;
   RegisterBackends(global, backends);
   if (flags.list_backends) {
-    for (const auto& [name, description] : backends.List()) std::printf("%-12s %s\n", name.c_str(), description.c_str());
+    for (const auto& b : backends.Describe()) {
+      std::printf("%-18s %-11s %s%s\n", b.name.c_str(), b.available ? "available" : "unavailable", b.description.c_str(),
+                  b.available ? "" : (" (" + b.reason + ")").c_str());
+    }
     return kExitOk;
   }
   auto stages = ParseStages(flags.stage);

@@ -33,6 +33,8 @@ std::string CaseResult::ToJson() const {
   PutOptional(j, "error_ratio", error_ratio);
   PutOptional(j, "first_call_us", first_call_us);
   PutOptional(j, "warm_us", warm_us);
+  PutOptional(j, "warm_spread_us", warm_spread_us);
+  if (!counters.empty()) j["counters"] = counters;
   j["timing"] = {{"materialize_us", timing.materialize_us}, {"golden_us", timing.golden_us},
                  {"reference_us", timing.reference_us},     {"backend_us", timing.backend_us},
                  {"compare_us", timing.compare_us},         {"total_us", timing.total_us}};
@@ -61,6 +63,14 @@ Result<CaseResult> CaseResult::FromJson(std::string_view text) {
   r.error_ratio = GetOptional(j, "error_ratio");
   r.first_call_us = GetOptional(j, "first_call_us");
   r.warm_us = GetOptional(j, "warm_us");
+  r.warm_spread_us = GetOptional(j, "warm_spread_us");
+  if (j.contains("counters")) {
+    if (!j["counters"].is_object()) return Status::Corruption("case result JSON: 'counters' is not an object");
+    for (const auto& [name, v] : j["counters"].items()) {
+      if (!v.is_number_integer()) return Status::Corruption("case result JSON: counter '" + name + "' is not an integer");
+      r.counters[name] = v.get<int64_t>();
+    }
+  }
   if (j.contains("timing") && j["timing"].is_object()) {
     const json& t = j["timing"];
     r.timing.materialize_us = t.value("materialize_us", 0.0);

@@ -4,6 +4,8 @@
 // stored (see stages/unit_stage.h).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +40,12 @@ struct CaseResult {
   std::optional<double> error_ratio;    // backend error / CPU error, both vs the fp64 golden
   std::optional<double> first_call_us;  // first backend call
   std::optional<double> warm_us;        // median of the warm backend calls
+  std::optional<double> warm_spread_us; // slowest minus fastest warm backend call (needs 2 or more)
+  // How much each of the backend's cumulative counters (Backend::Counters:
+  // compiles, cache_hits, fallbacks, allocations, ...) grew while this case
+  // ran on the backend, inputs placed on the device included. Counters that
+  // did not change are left out.
+  std::map<std::string, int64_t> counters;
   CaseTiming timing;
   std::string detail_json;  // per-output details; free-form JSON object
   // Reruns (runners/isolation.h): the outcome above is the first attempt's.

@@ -9,6 +9,8 @@
 // Thread safety: a Backend is used from one thread at a time.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -36,6 +38,10 @@ class Backend {
   virtual void Synchronize() {}
   // Version string of the backend's software stack, stored with each run.
   virtual std::string Version() const { return ""; }
+  // Cumulative counters since the process started (compiles, cache hits,
+  // fallbacks, allocations, ...). Replay records per case how much each one
+  // grew while the case ran on the backend (CaseResult::counters).
+  virtual std::map<std::string, int64_t> Counters() const { return {}; }
   // True only for kernels known never to write into arguments the schema
   // marks read-only (ATen's own CPU kernels, which also compute the
   // reference). Inputs a CPU-device backend reads in place are otherwise

@@ -212,6 +212,16 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   // Backend: first call, then warm repetitions.
   std::vector<c10::IValue> produced;
   std::vector<double> warm;
+  // Counter deltas cover every backend call of the case, placing inputs on
+  // the device included, and are kept when the backend fails.
+  const std::map<std::string, int64_t> counters_before = backend_->Counters();
+  auto record_counters = [&]() {
+    for (const auto& [name, after] : backend_->Counters()) {
+      auto it = counters_before.find(name);
+      const int64_t delta = after - (it == counters_before.end() ? 0 : it->second);
+      if (delta != 0) res.counters[name] = delta;
+    }
+  };
   try {
     const c10::Device device = backend_->device();
     const bool verify = options_.always_verify_inputs || !backend_->RespectsReadOnlyInputs();
@@ -238,11 +248,13 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
     const std::string msg = FirstLine(c10_error ? c10_error->what_without_backtrace() : e.what());
     res.outcome = LooksUnsupported(msg) ? Outcome::kUnsupported : Outcome::kError;
     res.error = msg;
+    record_counters();
     // A backend may have written into shared inputs before it failed: check
     // them now so that no damaged input stays cached for later cases.
     if (Status intact = m.VerifyReadOnlyInputs(); !intact.ok()) res.error += "; " + intact.message();
     return finish();
   }
+  record_counters();
   if (Status intact = m.VerifyReadOnlyInputs(); !intact.ok()) {
     res.outcome = Outcome::kError;
     res.error = intact.message();
@@ -251,6 +263,9 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   if (!warm.empty()) {
     std::sort(warm.begin(), warm.end());
     res.warm_us = warm[warm.size() / 2];
+    // Max - min rather than a percentile range: with the default 3 warm
+    // calls there is nothing between them.
+    if (warm.size() >= 2) res.warm_spread_us = warm.back() - warm.front();
   }
 
   // Compare.

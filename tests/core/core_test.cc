@@ -183,6 +183,20 @@ TEST(CaseResult, JsonRoundTripKeepsMetricsAndTiming) {
   EXPECT_TRUE(std::isinf(*back->error_ratio));
   EXPECT_FALSE(back->cosine.has_value());
   EXPECT_DOUBLE_EQ(back->timing.total_us, 100);
+  EXPECT_FALSE(back->warm_spread_us.has_value());
+  EXPECT_TRUE(back->counters.empty());
+}
+
+TEST(CaseResult, JsonRoundTripKeepsWarmSpreadAndCounters) {
+  CaseResult r;
+  r.warm_spread_us = 3.25;
+  r.counters = {{"compiles", 1}, {"cache_hits", 3}, {"fallback:aten::mm", 4}, {"bytes_allocated", int64_t{1} << 40}};
+  auto back = CaseResult::FromJson(r.ToJson());
+  ASSERT_TRUE(back.has_value()) << back.error().ToString();
+  EXPECT_DOUBLE_EQ(*back->warm_spread_us, 3.25);
+  EXPECT_EQ(back->counters, r.counters);
+  EXPECT_FALSE(CaseResult::FromJson(R"({"outcome": "pass", "counters": {"compiles": 1.5}})").has_value());
+  EXPECT_FALSE(CaseResult::FromJson(R"({"outcome": "pass", "counters": [1]})").has_value());
 }
 
 }  // namespace

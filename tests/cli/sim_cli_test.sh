@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# `--backend sim` through the CLI: listed with the other backends, the unit
+# stage on a captured registry (bf16 matmul numerics by default, exact on
+# request, faults from the environment), the model stage on a representative
+# crawled from hub-replay, and clear errors for bad configuration and plugins.
+set -u
+BIN=${COVERAGE_BIN:?set COVERAGE_BIN}
+export COVERAGE_HOME=${COVERAGE_HOME:?set COVERAGE_HOME}
+unset COVERAGE_SIM_CONFIG COVERAGE_SIM_FAULTS COVERAGE_ATTEMPT
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "$0")/lib.sh"
+DB="$TMP/r.db"
+echo '{"numerics": "exact"}' >"$TMP/exact.json"
+
+"$BIN" run --list-backends >"$TMP/list.out" 2>&1
+check "list-backends succeeds" test $? -eq 0
+check "sim is listed as available" grep -q '^sim  *available' "$TMP/list.out"
+check "privateuse1 plugins are listed" grep -q '^privateuse1:<path>  *available' "$TMP/list.out"
+check "cuda is listed with its availability" grep -Eq '^cuda  *(available|unavailable .*\(.+\))' "$TMP/list.out"
+
+"$BIN" -q --registry "$DB" capture --model microsoft/resnet-50 >/dev/null 2>&1
+check "capture of one model" test $? -eq 0
+
+"$BIN" -q --registry "$DB" run --stage=unit --backend sim --run bf16 >"$TMP/bf16.out" 2>&1
+check "the shipped sim config rounds fp32 convolutions to bf16: failures, exit 1" test $? -eq 1
+check "the convolutions mismatch" grep -q 'aten::conv2d.*mismatch\|mismatch.*aten::conv2d\|aten::conv2d  *4  *4' "$TMP/bf16.out"
+check "the run is stored as on backend sim" \
+  test "$(sqlite3 "$DB" "SELECT backend FROM runs WHERE run_id = 'bf16'")" = "sim"
+
+COVERAGE_SIM_CONFIG="$TMP/exact.json" "$BIN" -q --registry "$DB" run --stage=unit --backend sim --run exact >"$TMP/exact.out" 2>&1
+check "exact numerics: every case passes on sim" test $? -eq 0
+
+COVERAGE_SIM_CONFIG="$TMP/exact.json" COVERAGE_SIM_FAULTS='[{"op": "aten::relu", "fault": "unsupported"}]' \
+  "$BIN" -q --registry "$DB" run --stage=unit --backend sim --op relu --run faults >"$TMP/faults.out" 2>&1
+check "an injected fault fails the run" test $? -eq 1
+check "an unsupported fault is recorded as unsupported" \
+  test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results r JOIN runs USING (run_id) WHERE run_id = 'faults' AND outcome = 'unsupported'")" -gt 0
+
+echo '{"numerics": "fp8"}' >"$TMP/bad.json"
+COVERAGE_SIM_CONFIG="$TMP/bad.json" "$BIN" -q --registry "$DB" run --stage=unit --backend sim >"$TMP/bad.out" 2>&1
+check "a bad sim config is refused with exit 2" test $? -eq 2
+check "the error names the file and the key" grep -q "bad.json: key 'numerics'" "$TMP/bad.out"
+
+"$BIN" -q --registry "$DB" run --stage=unit --backend privateuse1:/nonexistent/plugin.so >"$TMP/missing.out" 2>&1
+check "a missing plugin is refused with exit 2" test $? -eq 2
+check "the error names the plugin" grep -q "'/nonexistent/plugin.so': no such file" "$TMP/missing.out"
+
+COVERAGE_SIM_PLUGIN="$TMP/none.so" "$BIN" -q --registry "$DB" run --stage=unit --backend sim >"$TMP/noplugin.out" 2>&1
+check "COVERAGE_SIM_PLUGIN moves sim" grep -q "none.so': no such file" "$TMP/noplugin.out"
+
+if [[ -n "${HUB_REPLAY_BIN:-}" ]]; then
+  start_hub_replay
+  MDB="$TMP/m.db"
+  "$BIN" -q --registry "$MDB" crawl --endpoint "$URL" --rate 0 --model qgallouedec/tiny-OPTForCausalLM >/dev/null 2>&1
+  "$BIN" -q --registry "$MDB" select --k 1 >/dev/null 2>&1
+  check "a one-model selection" test "$(sqlite3 "$MDB" "SELECT COUNT(*) FROM v_representatives")" -eq 1
+  COVERAGE_SIM_CONFIG="$TMP/exact.json" "$BIN" -q --registry "$MDB" run --stage=model --backend sim \
+    --model 'qgallouedec/*' --run m >"$TMP/model.out" 2>&1
+  check "the model stage passes on sim with exact numerics" test $? -eq 0
+  check "the model stage ran the model" grep -q "1 stage runs now" "$TMP/model.out"
+fi
+
+echo "sim cli: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,546 @@
+// The simulated PrivateUse1 device (sim/) loaded as a plugin
+// (runners/plugin_backend.h): ops on sim against CPU, the unit stage's
+// replay on it, numerics, faults, configuration, counters and the loader.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include "runners/backend.h"
+#include "runners/backends.h"
+#include "runners/blocks.h"
+#include "runners/capture.h"
+#include "runners/plugin_backend.h"
+#include "runners/replay.h"
+#include "tests/support/case_builder.h"
+#include "tests/support/temp_dir.h"
+
+namespace coverage::runners {
+namespace {
+
+const char* const kPlugin = COVERAGE_SIM_PLUGIN;
+const c10::Device kSim(c10::DeviceType::PrivateUse1, 0);
+
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// Loads sim (once per process) and (re)configures it: `config` is the text of
+// $COVERAGE_SIM_CONFIG's file, `faults` the value of $COVERAGE_SIM_FAULTS.
+Result<std::shared_ptr<Backend>> TrySim(const std::string& config, const std::string& faults = "") {
+  static testing::TempDir* dir = new testing::TempDir;
+  const std::string path = dir->File("sim.json");
+  WriteFile(path, config);
+  setenv("COVERAGE_SIM_CONFIG", path.c_str(), 1);
+  if (faults.empty()) {
+    unsetenv("COVERAGE_SIM_FAULTS");
+  } else {
+    setenv("COVERAGE_SIM_FAULTS", faults.c_str(), 1);
+  }
+  return LoadPluginBackend("sim", kPlugin);
+}
+
+std::shared_ptr<Backend> Sim(const std::string& config = R"({"numerics": "exact"})", const std::string& faults = "") {
+  auto backend = TrySim(config, faults);
+  if (!backend.has_value()) {
+    ADD_FAILURE() << backend.error().message();
+    return nullptr;
+  }
+  return *backend;
+}
+
+CaseResult RunOn(std::shared_ptr<Backend> backend, const OpCase& c) {
+  ReplayExecutor executor(std::move(backend), ReplayOptions{});
+  return executor.Run(c);
+}
+
+at::Tensor OnSim(const at::Tensor& t) { return t.to(kSim); }
+
+void ExpectSame(const at::Tensor& sim, const at::Tensor& cpu, const char* what) {
+  EXPECT_EQ(sim.device().type(), c10::DeviceType::PrivateUse1) << what;
+  ASSERT_EQ(sim.sizes(), cpu.sizes()) << what;
+  EXPECT_EQ(sim.scalar_type(), cpu.scalar_type()) << what;
+  EXPECT_TRUE(at::equal(sim.cpu(), cpu)) << what;
+}
+
+class SimOps : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_NE(Sim(), nullptr); }
+};
+
+TEST_F(SimOps, TensorsReallyLiveOnPrivateUse1) {
+  at::Tensor t = at::empty({2, 3}, at::TensorOptions().device(kSim));
+  EXPECT_EQ(t.device().type(), c10::DeviceType::PrivateUse1);
+  EXPECT_EQ(t.device().index(), 0);
+  EXPECT_EQ(t.storage().device().type(), c10::DeviceType::PrivateUse1);
+  EXPECT_TRUE(t.key_set().has(c10::DispatchKey::PrivateUse1));
+  at::Tensor c = at::arange(6, at::kFloat).reshape({2, 3});
+  at::Tensor s = OnSim(c);
+  EXPECT_EQ(s.device(), kSim);
+  EXPECT_NE(s.data_ptr(), c.data_ptr());
+  EXPECT_TRUE(at::equal(s.cpu(), c));
+}
+
+TEST_F(SimOps, CopiesInEveryDirection) {
+  at::Tensor c = at::randn({4, 5});
+  at::Tensor s = OnSim(c);
+  at::Tensor s2 = at::empty({4, 5}, at::TensorOptions().device(kSim));
+  s2.copy_(s);  // sim -> sim
+  EXPECT_TRUE(at::equal(s2.cpu(), c));
+  at::Tensor back = at::empty({4, 5});
+  back.copy_(s2);  // sim -> cpu
+  EXPECT_TRUE(at::equal(back, c));
+  at::Tensor d = OnSim(c).to(at::kDouble);  // sim -> sim with a dtype change
+  EXPECT_TRUE(at::equal(d.cpu(), c.to(at::kDouble)));
+  at::Tensor nc = OnSim(c.t());  // non-contiguous source
+  EXPECT_TRUE(at::equal(nc.cpu(), c.t()));
+}
+
+TEST_F(SimOps, ElementwiseReductionsAndMatmulMatchCpu) {
+  at::Tensor a = at::randn({8, 16}), b = at::randn({8, 16}), m = at::randn({16, 4});
+  at::Tensor sa = OnSim(a), sb = OnSim(b), sm = OnSim(m);
+  ExpectSame(sa + sb, a + b, "add");
+  ExpectSame(sa * sb, a * b, "mul");
+  ExpectSame(at::exp(sa), at::exp(a), "exp");
+  ExpectSame(at::where(sa > 0, sa, sb), at::where(a > 0, a, b), "where");
+  ExpectSame(at::mm(sa, sm), at::mm(a, m), "mm");
+  ExpectSame(at::matmul(sa, sm), at::matmul(a, m), "matmul");
+  ExpectSame(at::linear(sa, sm.t(), OnSim(at::ones({4}))), at::linear(a, m.t(), at::ones({4})), "linear");
+  ExpectSame(sa.sum(1), a.sum(1), "sum");
+  ExpectSame(sa.mean(), a.mean(), "mean");
+  ExpectSame(std::get<0>(sa.max(1)), std::get<0>(a.max(1)), "max values");
+  ExpectSame(std::get<1>(sa.max(1)), std::get<1>(a.max(1)), "max indices");
+  ExpectSame(at::softmax(sa, -1), at::softmax(a, -1), "softmax");
+  EXPECT_EQ(sa.sum().item<float>(), a.sum().item<float>());
+  at::Tensor x = at::randn({2, 3, 8, 8}), w = at::randn({4, 3, 3, 3});
+  ExpectSame(at::conv2d(OnSim(x), OnSim(w)), at::conv2d(x, w), "conv2d");
+}
+
+TEST_F(SimOps, ViewsShareTheSimStorage) {
+  at::Tensor a = at::arange(24, at::kFloat).reshape({2, 3, 4});
+  at::Tensor s = OnSim(a);
+  for (const auto& [view, ref, what] : std::vector<std::tuple<at::Tensor, at::Tensor, const char*>>{
+           {s.transpose(0, 2), a.transpose(0, 2), "transpose"},
+           {s.view({6, 4}), a.view({6, 4}), "view"},
+           {s.select(1, 2), a.select(1, 2), "select"},
+           {s.narrow(2, 1, 2), a.narrow(2, 1, 2), "narrow"},
+           {s.permute({2, 0, 1}), a.permute({2, 0, 1}), "permute"},
+           {s.unsqueeze(0), a.unsqueeze(0), "unsqueeze"}}) {
+    ExpectSame(view, ref, what);
+    EXPECT_TRUE(view.is_alias_of(s)) << what;
+    EXPECT_EQ(view.strides(), ref.strides()) << what;
+    EXPECT_EQ(view.storage_offset(), ref.storage_offset()) << what;
+  }
+  ExpectSame(s.permute({2, 0, 1}).contiguous(), a.permute({2, 0, 1}).contiguous(), "contiguous");
+  auto parts = s.split(1, 1);
+  ASSERT_EQ(parts.size(), 3u);
+  ExpectSame(parts[1], a.split(1, 1)[1], "split");
+}
+
+TEST_F(SimOps, ViewsMadeInInferenceModeOfNormalTensorsStayNormal) {
+  at::Tensor s = OnSim(at::randn({4, 6}));
+  ASSERT_FALSE(s.is_inference());
+  c10::InferenceMode inference;
+  at::Tensor v = s.t();
+  EXPECT_FALSE(v.is_inference());  // as ATen's own views: the model stage routes ops this way
+  EXPECT_TRUE(at::OptionalDeviceGuard(kSim).current_device().has_value());
+  ExpectSame(at::mm(OnSim(at::eye(6)), v).t(), s.cpu(), "mm through views");
+}
+
+TEST_F(SimOps, InPlaceAndOutVariantsWriteIntoTheirArguments) {
+  at::Tensor a = at::randn({4, 6}), b = at::randn({4, 6});
+  at::Tensor s = OnSim(a), sb = OnSim(b);
+  at::Tensor& r = s.add_(sb);
+  EXPECT_TRUE(r.is_same(s));
+  a.add_(b);
+  ExpectSame(s, a, "add_");
+  s.narrow(1, 2, 2).mul_(3);  // in place through a view
+  a.narrow(1, 2, 2).mul_(3);
+  ExpectSame(s, a, "mul_ on a view");
+  at::Tensor out = at::empty({4, 6}, at::TensorOptions().device(kSim));
+  at::Tensor& o = at::mul_out(out, s, sb);
+  EXPECT_TRUE(o.is_same(out));
+  ExpectSame(out, a * b, "mul out=");
+  at::Tensor small = at::empty({0}, at::TensorOptions().device(kSim));
+  at::add_out(small, s, sb);  // out= resized by the CPU kernel
+  ExpectSame(small, a + b, "add out= resized");
+  s.zero_();
+  ExpectSame(s, at::zeros({4, 6}), "zero_");
+}
+
+TEST_F(SimOps, TensorListsAndOptionalTensorLists) {
+  at::Tensor a = at::randn({2, 3}), b = at::randn({4, 3});
+  ExpectSame(at::cat({OnSim(a), OnSim(b)}, 0), at::cat({a, b}, 0), "cat");
+  ExpectSame(at::stack({OnSim(a), OnSim(a)}, 1), at::stack({a, a}, 1), "stack");
+  at::Tensor x = at::randn({5, 6});
+  at::Tensor rows = at::tensor({4, 0, 2}, at::kLong), cols = at::tensor({1, 5, 3}, at::kLong);
+  c10::List<c10::optional<at::Tensor>> idx_cpu({rows, c10::optional<at::Tensor>()});
+  c10::List<c10::optional<at::Tensor>> idx_sim({OnSim(rows), c10::optional<at::Tensor>()});
+  ExpectSame(at::index(OnSim(x), idx_sim), at::index(x, idx_cpu), "index with None");
+  c10::List<c10::optional<at::Tensor>> both_cpu({rows, cols});
+  c10::List<c10::optional<at::Tensor>> both_sim({OnSim(rows), OnSim(cols)});
+  ExpectSame(at::index(OnSim(x), both_sim), at::index(x, both_cpu), "index");
+  at::Tensor sx = OnSim(x);
+  sx.index_put_(both_sim, OnSim(at::ones({3})));
+  x.index_put_(both_cpu, at::ones({3}));
+  ExpectSame(sx, x, "index_put_");
+}
+
+TEST_F(SimOps, FactoriesMakeTheirTensorsOnTheDevice) {
+  const auto on = at::TensorOptions().device(kSim);
+  ExpectSame(at::zeros({3, 2}, on), at::zeros({3, 2}), "zeros");
+  ExpectSame(at::ones({3}, on.dtype(at::kLong)), at::ones({3}, at::kLong), "ones");
+  ExpectSame(at::full({2, 2}, 7.5, on), at::full({2, 2}, 7.5), "full");
+  ExpectSame(at::arange(0, 10, 3, on), at::arange(0, 10, 3), "arange");
+  ExpectSame(at::eye(3, on), at::eye(3), "eye");
+  at::Tensor r = at::randn({16}, on);
+  EXPECT_EQ(r.device(), kSim);
+  EXPECT_EQ(r.sizes(), at::IntArrayRef({16}));
+  ExpectSame(at::zeros_like(r), at::zeros({16}), "zeros_like");
+  at::Tensor st = at::empty_strided({2, 3}, {1, 2}, on);
+  EXPECT_EQ(st.strides(), at::IntArrayRef({1, 2}));
+}
+
+TEST_F(SimOps, ResizeKeepsTheValuesAndGrowsTheStorage) {
+  at::Tensor s = OnSim(at::arange(6, at::kFloat));
+  s.resize_({2, 3});
+  ExpectSame(s, at::arange(6, at::kFloat).reshape({2, 3}), "resize_ same size");
+  s.resize_({4, 5});
+  EXPECT_EQ(s.sizes(), at::IntArrayRef({4, 5}));
+  EXPECT_GE(s.storage().nbytes(), 20 * sizeof(float));
+  EXPECT_TRUE(at::equal(s.reshape({-1}).narrow(0, 0, 6).cpu(), at::arange(6, at::kFloat)));
+  s.resize_({1});
+  EXPECT_EQ(s.numel(), 1);
+  at::Tensor t = at::empty({0}, at::TensorOptions().device(kSim));
+  t.set_(s);
+  EXPECT_TRUE(t.is_alias_of(s));
+}
+
+// The unit stage's replay over real op cases, captured from a small decoder
+// and a small ViT: with exact numerics every case passes on sim.
+std::vector<OpCase> RealCases() {
+  std::vector<OpCase> cases;
+  BlockModel llama{.id = "test/tiny-llama", .family = "decoder"};
+  llama.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                  {"intermediate_size", 128}, {"vocab_size", 100}, {"model_type", "llama"}};
+  CaptureProfile prefill{.name = "prefill", .families = {"decoder"}, .batch = 1, .seq_len = 16};
+  CaptureProfile decode{.name = "decode", .families = {"decoder"}, .batch = 2, .seq_len = 1, .past_len = 7};
+  BlockModel vit{.id = "test/tiny-vit", .family = "vit"};
+  vit.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"intermediate_size", 128}, {"image_size", 32},
+                {"patch_size", 8}, {"num_channels", 3}, {"model_type", "vit"}};
+  CaptureProfile image{.name = "image", .families = {"vit"}, .batch = 1};
+  for (const auto& [model, profile] : std::vector<std::pair<BlockModel, CaptureProfile>>{
+           {llama, prefill}, {llama, decode}, {vit, image}}) {
+    OpRecorder rec;
+    Status st = RunBlocks(model, profile, rec);
+    EXPECT_TRUE(st.ok()) << model.id << ": " << st.message();
+    for (auto& call : rec.TakeCalls()) cases.push_back(std::move(call.op_case));
+  }
+  return cases;
+}
+
+TEST(SimReplay, RealCasesPassWithExactNumerics) {
+  auto sim = Sim();
+  ASSERT_NE(sim, nullptr);
+  std::vector<OpCase> cases = RealCases();
+  ASSERT_GT(cases.size(), 20u);
+  ReplayExecutor executor(sim, ReplayOptions{});
+  int passed = 0;
+  int64_t fallbacks = 0;
+  for (const OpCase& c : cases) {
+    CaseResult r = executor.Run(c);
+    EXPECT_TRUE(r.outcome == Outcome::kPass || r.outcome == Outcome::kSkipped)
+        << c.QualifiedName() << ": " << OutcomeName(r.outcome) << " " << r.error;
+    passed += r.outcome == Outcome::kPass;
+    fallbacks += r.counters["fallbacks"];
+  }
+  EXPECT_GT(passed, static_cast<int>(cases.size()) * 9 / 10);
+  EXPECT_GT(fallbacks, static_cast<int64_t>(cases.size()));
+}
+
+TEST(SimReplay, Bf16MatmulNumericsMismatchOnFp32MatmulsOnly) {
+  auto sim = Sim(R"({"numerics": "bf16_matmul"})");
+  ASSERT_NE(sim, nullptr);
+  CaseResult mm = RunOn(sim, testing::MmCase(64, 256, 32));
+  EXPECT_EQ(mm.outcome, Outcome::kMismatch) << mm.error;
+  ASSERT_TRUE(mm.max_rel_err.has_value());
+  EXPECT_GT(*mm.max_abs_err, 1e-4);
+  EXPECT_GT(*mm.cosine, 0.999);  // rounded, not wrong
+  EXPECT_EQ(mm.counters["bf16_matmul_ops"], 4);  // first call + 3 warm
+  EXPECT_EQ(RunOn(sim, testing::MmCase(64, 256, 32, DType::kBFloat16)).outcome, Outcome::kPass);
+  EXPECT_EQ(RunOn(sim, testing::AddCase({64, 32})).outcome, Outcome::kPass);
+  auto exact = Sim(R"({"numerics": "exact"})");
+  EXPECT_EQ(RunOn(exact, testing::MmCase(64, 256, 32)).outcome, Outcome::kPass);
+  // Only the configured ops are rounded.
+  auto addmm_only = Sim(R"({"numerics": "bf16_matmul", "bf16_ops": ["addmm"]})");
+  EXPECT_EQ(RunOn(addmm_only, testing::MmCase(64, 256, 32)).outcome, Outcome::kPass);
+}
+
+TEST(SimReplay, CountersAndCompilesReachTheCaseResult) {
+  auto sim = Sim(R"({"numerics": "exact", "compile_us": 20000})");
+  ASSERT_NE(sim, nullptr);
+  const OpCase c = testing::MulCase({3, 77});  // a shape no other test uses
+  CaseResult first = RunOn(sim, c);
+  ASSERT_EQ(first.outcome, Outcome::kPass) << first.error;
+  EXPECT_EQ(first.counters["compiles"], 1);
+  EXPECT_EQ(first.counters["cache_hits"], 3);
+  EXPECT_EQ(first.counters["fallback:aten::mul.Tensor"], 4);
+  EXPECT_GT(first.counters["fallback:aten::as_strided"], 0);  // placing the inputs: views, never compiled
+  EXPECT_GT(first.counters["allocations"], 0);
+  EXPECT_GT(first.counters["bytes_allocated"], 0);
+  EXPECT_EQ(first.counters.count("faults_injected"), 0u);  // unchanged counters are left out
+  ASSERT_TRUE(first.first_call_us && first.warm_us && first.warm_spread_us);
+  EXPECT_GT(*first.first_call_us, *first.warm_us + 15000);  // the compile
+  EXPECT_GE(*first.warm_spread_us, 0);
+  CaseResult again = RunOn(sim, c);
+  EXPECT_EQ(again.counters.count("compiles"), 0u);
+  EXPECT_EQ(again.counters["cache_hits"], 4);
+  EXPECT_LT(*again.first_call_us, 15000);
+  auto back = CaseResult::FromJson(first.ToJson());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->counters, first.counters);
+  EXPECT_EQ(back->warm_spread_us, first.warm_spread_us);
+}
+
+// Each fault that leaves the process alive gives its Outcome through replay.
+TEST(SimFaults, EachKindGivesItsOutcome) {
+  const std::string exact = R"({"numerics": "exact"})";
+  const OpCase mul = testing::MulCase({4, 8});
+  auto with = [&](const std::string& fault) {
+    return RunOn(Sim(exact, R"([{"op": "aten::mul", "fault": ")" + fault + R"("}])"), mul);
+  };
+  EXPECT_EQ(with("wrong_values").outcome, Outcome::kMismatch);
+  EXPECT_EQ(with("nan").outcome, Outcome::kNonFiniteMismatch);
+  CaseResult unsupported = with("unsupported");
+  EXPECT_EQ(unsupported.outcome, Outcome::kUnsupported);
+  EXPECT_NE(unsupported.error.find("Could not run 'aten::mul.Tensor' with arguments from the 'PrivateUse1' backend"),
+            std::string::npos) << unsupported.error;
+  EXPECT_TRUE(LooksUnsupported(unsupported.error));
+  CaseResult error = with("error");
+  EXPECT_EQ(error.outcome, Outcome::kError);
+  EXPECT_NE(error.error.find("injected error in aten::mul.Tensor"), std::string::npos) << error.error;
+  EXPECT_EQ(error.counters["faults_injected"], 1);
+  // Other ops are untouched.
+  EXPECT_EQ(RunOn(Sim(exact, R"([{"op": "aten::mul", "fault": "error"}])"), testing::AddCase({4, 8})).outcome,
+            Outcome::kPass);
+}
+
+TEST(SimFaults, RulesMatchOverloadDtypeShapeAndDim) {
+  const std::string exact = R"({"numerics": "exact"})";
+  auto outcome = [&](const std::string& rule, const OpCase& c) {
+    return RunOn(Sim(exact, "[" + rule + "]"), c).outcome;
+  };
+  const OpCase mul = testing::MulCase({3, 17});
+  EXPECT_EQ(outcome(R"({"op": "aten::mul.Tensor", "fault": "error"})", mul), Outcome::kError);
+  EXPECT_EQ(outcome(R"({"op": "aten::mul.Scalar", "fault": "error"})", mul), Outcome::kPass);
+  EXPECT_EQ(outcome(R"({"op": "mul", "fault": "error"})", mul), Outcome::kError);
+  EXPECT_EQ(outcome(R"({"op": "*", "fault": "error"})", mul), Outcome::kError);
+  EXPECT_EQ(outcome(R"({"op": "*", "dtype": "f32", "fault": "error"})", mul), Outcome::kError);
+  EXPECT_EQ(outcome(R"({"op": "*", "dtype": "bf16", "fault": "error"})", mul), Outcome::kPass);
+  EXPECT_EQ(outcome(R"({"op": "aten::mul", "shape": [3, 17], "fault": "error"})", mul), Outcome::kError);
+  EXPECT_EQ(outcome(R"({"op": "aten::mul", "shape": [17, 3], "fault": "error"})", mul), Outcome::kPass);
+  EXPECT_EQ(outcome(R"({"op": "aten::mul", "dim": 17, "fault": "error"})", mul), Outcome::kError);
+  EXPECT_EQ(outcome(R"({"op": "aten::mul", "dim": 16, "fault": "error"})", mul), Outcome::kPass);
+}
+
+TEST(SimFaults, AttemptsRuleFiresOnlyOnTheListedAttempts) {
+  const OpCase mul = testing::MulCase({4, 8});
+  const std::string rule = R"([{"op": "aten::mul", "attempts": [1], "fault": "wrong_values"}])";
+  unsetenv("COVERAGE_ATTEMPT");
+  EXPECT_EQ(RunOn(Sim(R"({"numerics": "exact"})", rule), mul).outcome, Outcome::kMismatch);  // default attempt 1
+  setenv("COVERAGE_ATTEMPT", "2", 1);
+  EXPECT_EQ(RunOn(Sim(R"({"numerics": "exact"})", rule), mul).outcome, Outcome::kPass);  // the rerun passes
+  setenv("COVERAGE_ATTEMPT", "1", 1);
+  EXPECT_EQ(RunOn(Sim(R"({"numerics": "exact"})", rule), mul).outcome, Outcome::kMismatch);
+  unsetenv("COVERAGE_ATTEMPT");
+}
+
+TEST(SimFaults, FaultsFromAFileAndFromTheConfig) {
+  testing::TempDir dir;
+  WriteFile(dir.File("faults.json"), R"([{"op": "aten::mul", "fault": "nan"}])");
+  const OpCase mul = testing::MulCase({4, 8});
+  EXPECT_EQ(RunOn(Sim(R"({"numerics": "exact"})", "@" + dir.File("faults.json")), mul).outcome,
+            Outcome::kNonFiniteMismatch);
+  EXPECT_EQ(RunOn(Sim(R"({"faults": [{"op": "aten::mul", "fault": "unsupported"}]})"), mul).outcome,
+            Outcome::kUnsupported);
+}
+
+class SimDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+void MulOnSimWith(const std::string& fault) {
+  if (!TrySim(R"({"numerics": "exact"})", R"([{"op": "aten::mul", "fault": ")" + fault + R"("}])").has_value()) std::exit(3);
+  at::Tensor a = at::ones({2, 2}).to(kSim);
+  at::Tensor b = a * a;
+  std::exit(b.defined() ? 0 : 4);
+}
+
+TEST_F(SimDeathTest, CrashFaultKillsTheProcessWithSigsegv) {
+  EXPECT_EXIT(MulOnSimWith("crash"), ::testing::KilledBySignal(SIGSEGV), "");
+}
+
+TEST_F(SimDeathTest, AbortFaultAbortsTheProcess) {
+  EXPECT_EXIT(MulOnSimWith("abort"), ::testing::KilledBySignal(SIGABRT), "");
+}
+
+// Run by SimFaults.HangFaultNeverReturns in a child process.
+TEST(SimFaultChild, HangsInMul) {
+  const char* marker = std::getenv("SIM_HANG_MARKER");
+  if (marker == nullptr) GTEST_SKIP() << "runs only as the child of SimFaults.HangFaultNeverReturns";
+  auto sim = TrySim(R"({"numerics": "exact"})", R"([{"op": "aten::mul", "fault": "hang"}])");
+  ASSERT_TRUE(sim.has_value());
+  at::Tensor a = at::ones({2, 2}).to(kSim);
+  WriteFile(marker, "about to hang");
+  at::Tensor b = a * a;
+  FAIL() << "mul returned";
+}
+
+TEST(SimFaults, HangFaultNeverReturns) {
+  testing::TempDir dir;
+  const std::string marker = dir.File("marker");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("SIM_HANG_MARKER", marker.c_str(), 1);
+    execl("/proc/self/exe", "sim_test", "--gtest_filter=SimFaultChild.HangsInMul", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(marker) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const bool reached = std::filesystem::exists(marker);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  int status = 0;
+  const pid_t done = waitpid(pid, &status, WNOHANG);
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(reached) << "the child never reached the op";
+  EXPECT_EQ(done, 0) << "the child exited instead of hanging";
+}
+
+TEST(SimConfig, ErrorsNameTheSourceAndTheKey) {
+  auto error_of = [](const std::string& config, const std::string& faults = "") {
+    auto r = TrySim(config, faults);
+    return r.has_value() ? std::string("no error") : r.error().message();
+  };
+  std::string e = error_of(R"({"numerics": "fp8"})");
+  EXPECT_NE(e.find("COVERAGE_SIM_CONFIG="), std::string::npos) << e;
+  EXPECT_NE(e.find("sim.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("key 'numerics'"), std::string::npos) << e;
+  EXPECT_NE(error_of(R"({"compile_us": -1})").find("key 'compile_us'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"numerix": "exact"})").find("key 'numerix': unknown key"), std::string::npos);
+  EXPECT_NE(error_of(R"({"faults": [{"op": "aten::mul", "fault": "melt"}]})").find("faults'[0]: key 'fault'"),
+            std::string::npos)
+      << error_of(R"({"faults": [{"op": "aten::mul", "fault": "melt"}]})");
+  EXPECT_NE(error_of("{", "").find("not valid JSON"), std::string::npos);
+  e = error_of("{}", R"([{"op": "aten::mul", "dtype": "float", "fault": "nan"}])");
+  EXPECT_NE(e.find("COVERAGE_SIM_FAULTS[0]: key 'dtype'"), std::string::npos) << e;
+  e = error_of("{}", R"([{"op": "aten::mul", "shape": "3x4", "fault": "nan"}])");
+  EXPECT_NE(e.find("key 'shape'"), std::string::npos) << e;
+  e = error_of("{}", R"([{"op": "aten::mul", "attempts": [0], "fault": "nan"}])");
+  EXPECT_NE(e.find("key 'attempts'"), std::string::npos) << e;
+  e = error_of("{}", R"([{"fault": "nan"}])");
+  EXPECT_NE(e.find("key 'op': missing"), std::string::npos) << e;
+  e = error_of("{}", "@/nonexistent/faults.json");
+  EXPECT_NE(e.find("COVERAGE_SIM_FAULTS=@/nonexistent/faults.json: cannot read"), std::string::npos) << e;
+  // A good configuration afterwards makes the backend ready again.
+  EXPECT_TRUE(TrySim(R"({"numerics": "exact"})").has_value());
+}
+
+TEST(PluginLoader, ErrorsAreClear) {
+  auto missing = LoadPluginBackend("privateuse1:/nonexistent/plugin.so", "/nonexistent/plugin.so");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message().find("'/nonexistent/plugin.so': no such file"), std::string::npos)
+      << missing.error().message();
+  std::string libm;
+  for (const char* p : {"/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6",
+                        "/lib64/libm.so.6", "/usr/lib/aarch64-linux-gnu/libm.so.6"}) {
+    if (std::filesystem::exists(p)) libm = p;
+  }
+  if (!libm.empty()) {
+    auto not_plugin = LoadPluginBackend("privateuse1:" + libm, libm);
+    ASSERT_FALSE(not_plugin.has_value());
+    // Which message depends on whether sim is already loaded in this process.
+    const std::string m = not_plugin.error().message();
+    EXPECT_TRUE(m.find("is not a PrivateUse1 backend plugin: it registered no PrivateUse1 kernels") != std::string::npos ||
+                m.find("already belongs to plugin") != std::string::npos)
+        << m;
+  }
+  testing::TempDir dir;
+  WriteFile(dir.File("junk.so"), "not an ELF file");
+  auto junk = LoadPluginBackend("privateuse1:junk", dir.File("junk.so"));
+  ASSERT_FALSE(junk.has_value());
+  EXPECT_NE(junk.error().message().find("junk.so"), std::string::npos);
+}
+
+TEST(PluginLoader, TheSimPluginIsAPrivateUse1BackendThroughTheRegistry) {
+  ASSERT_TRUE(TrySim(R"({"numerics": "exact"})").has_value());
+  BackendRegistry registry;
+  RegisterPluginBackends(registry, {.plugin_path = kPlugin});
+  auto sim = registry.Create("sim");
+  ASSERT_TRUE(sim.has_value()) << sim.error().message();
+  EXPECT_EQ((*sim)->name(), "sim");
+  EXPECT_EQ((*sim)->device(), kSim);
+  EXPECT_NE((*sim)->Version().find("sim"), std::string::npos);
+  EXPECT_TRUE((*sim)->Counters().count("compiles"));
+  auto by_path = registry.Create(std::string("privateuse1:") + kPlugin);
+  ASSERT_TRUE(by_path.has_value()) << by_path.error().message();
+  EXPECT_EQ((*by_path)->name(), std::string("privateuse1:") + kPlugin);
+  EXPECT_FALSE(registry.Create("privateuse1:").has_value());
+  // A second, different plugin cannot take PrivateUse1 in the same process.
+  testing::TempDir dir;
+  std::filesystem::copy_file(kPlugin, dir.File("other.so"));
+  auto other = LoadPluginBackend("privateuse1:other", dir.File("other.so"));
+  ASSERT_FALSE(other.has_value());
+  EXPECT_NE(other.error().message().find("one PrivateUse1 backend per process"), std::string::npos)
+      << other.error().message();
+}
+
+TEST(Cuda, RunsWhereLibtorchHasCudaElseSkipsWithTheReason) {
+  BackendRegistry registry;
+  RegisterCudaBackend(registry);
+  bool listed = false;
+  for (const auto& info : registry.Describe()) {
+    if (info.name != "cuda") continue;
+    listed = true;
+    if (!info.available) {
+      EXPECT_FALSE(info.reason.empty());
+    }
+  }
+  EXPECT_TRUE(listed);
+  auto cuda = registry.Create("cuda");
+  if (!cuda.has_value()) {
+    EXPECT_NE(cuda.error().message().find("not available here"), std::string::npos);
+    GTEST_SKIP() << cuda.error().message();
+  }
+  CaseResult r = RunOn(*cuda, testing::AddCase({64, 32}));
+  EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
+}
+
+TEST(BackendRegistry, UnavailableBackendsAreListedAndRefusedWithTheirReason) {
+  BackendRegistry registry;
+  RegisterCpuBackend(registry);
+  registry.RegisterUnavailable("npu", "an NPU", "no NPU driver");
+  auto npu = registry.Create("npu");
+  ASSERT_FALSE(npu.has_value());
+  EXPECT_NE(npu.error().message().find("no NPU driver"), std::string::npos);
+  auto described = registry.Describe();
+  ASSERT_EQ(described.size(), 2u);
+  EXPECT_EQ(described[1].name, "npu");
+  EXPECT_FALSE(described[1].available);
+  EXPECT_EQ(registry.List().size(), 1u);  // List() keeps to what can be created
+}
+
+}  // namespace
+}  // namespace coverage::runners
