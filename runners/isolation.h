@@ -52,8 +52,9 @@ struct IsolationPolicy {
   // Model stages are rerun only after a crash or timeout: their verdicts are
   // deterministic (seeded inputs and weights) and a rerun costs a whole model.
   bool rerun_model_failures = false;
-  // Keep one spare worker started (its libraries loaded) so that a crashed
-  // or hung worker is replaced without waiting for a process start.
+  // Keep spare workers started (their libraries loaded): one to replace a
+  // crashed or hung worker, and, once reruns happen, one for each attempt
+  // number in use, so neither waits for a process start.
   bool standby = true;
 
   double TimeoutFor(const OpCase& op_case) const;
@@ -108,10 +109,10 @@ class WorkerPool {
 
  private:
   Result<std::unique_ptr<WorkerProcess>> StartWorker(int attempt);
-  void SpawnStandby();
+  void SpawnStandby(int attempt);
   IsolationOptions options_;
   std::unique_ptr<WorkerProcess> worker_;
-  std::unique_ptr<WorkerProcess> standby_;  // spawned, not yet set up (attempt 1)
+  std::map<int, std::unique_ptr<WorkerProcess>> standby_;  // by attempt; spawned, not yet set up
   IsolationStats stats_;
 };
 

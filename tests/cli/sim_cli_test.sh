@@ -55,10 +55,21 @@ if [[ -n "${HUB_REPLAY_BIN:-}" ]]; then
   "$BIN" -q --registry "$MDB" crawl --endpoint "$URL" --rate 0 --model qgallouedec/tiny-OPTForCausalLM >/dev/null 2>&1
   "$BIN" -q --registry "$MDB" select --k 1 >/dev/null 2>&1
   check "a one-model selection" test "$(sqlite3 "$MDB" "SELECT COUNT(*) FROM v_representatives")" -eq 1
-  COVERAGE_SIM_CONFIG="$TMP/exact.json" "$BIN" -q --registry "$MDB" run --stage=model --backend sim \
+  COVERAGE_SIM_CONFIG="$TMP/exact.json" "$BIN" -q --registry "$MDB" run --stage=module,model,train --backend sim \
     --model 'qgallouedec/*' --run m >"$TMP/model.out" 2>&1
-  check "the model stage passes on sim with exact numerics" test $? -eq 0
-  check "the model stage ran the model" grep -q "1 stage runs now" "$TMP/model.out"
+  check "module, model and train pass on sim with exact numerics" test $? -eq 0 || cat "$TMP/model.out" >&2
+  check "the stages ran the model" grep -q "3 stage runs now" "$TMP/model.out"
+  # A crash inside a model stage costs that stage only: the worker dies, the
+  # crash is stored with its signal, the next stage runs in a fresh worker.
+  COVERAGE_SIM_CONFIG="$TMP/exact.json" COVERAGE_SIM_FAULTS='[{"op": "aten::_softmax", "fault": "crash"}]' \
+    "$BIN" -q --registry "$MDB" run --stage=model,train --backend sim --model 'qgallouedec/*' --run crash \
+    --reruns 1 >"$TMP/crash.out" 2>&1
+  check "a crashing model stage fails the run" test $? -eq 1
+  check "the model stage is a crash with its signal" test "$(sqlite3 "$MDB" \
+    "SELECT outcome || ' ' || (error LIKE '%SIGSEGV%') || ' ' || attempts FROM model_results WHERE run_id = 'crash' AND stage = 'model'")" = "crash 1 2"
+  check "the train stage ran after it in a fresh worker" test "$(sqlite3 "$MDB" \
+    "SELECT outcome FROM model_results WHERE run_id = 'crash' AND stage = 'train'")" = "crash"
+  check "the workers are counted" grep -q "crashed" "$TMP/crash.out"
 fi
 
 echo "sim cli: $pass passed, $fail failed"

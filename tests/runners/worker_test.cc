@@ -179,16 +179,39 @@ TEST(IsolatedCaseExecutor, AFailureThatPassesOnARerunIsFlaky) {
   EXPECT_EQ(r.attempt_outcomes, (std::vector<Outcome>{Outcome::kCrash, Outcome::kPass}));
 }
 
-TEST(IsolatedCaseExecutor, AConsistentFailureUsesEveryRerunAndIsNotFlaky) {
-  IsolatedCaseExecutor e(ScriptedWorker(kMismatch, 2));
+TEST(IsolatedCaseExecutor, AConsistentCrashUsesEveryRerunEachInAFreshWorkerAndIsNotFlaky) {
+  IsolatedCaseExecutor e(ScriptedWorker("kill -SEGV $$", 2));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult r = e.Run(testing::MulCase({2, 3}));
+  EXPECT_EQ(r.outcome, Outcome::kCrash);
+  EXPECT_EQ(r.attempts, 3);
+  EXPECT_FALSE(r.flaky);
+  EXPECT_EQ(r.attempt_outcomes, std::vector<Outcome>(3, Outcome::kCrash));
+  EXPECT_EQ(e.stats().reruns, 2);
+  EXPECT_EQ(e.stats().workers_started, 3);  // the first, then one fresh worker per rerun
+}
+
+TEST(IsolatedCaseExecutor, AWrongAnswerReproducedExactlyIsConsistentAfterOneRerun) {
+  IsolatedCaseExecutor e(ScriptedWorker(kMismatch, 3));
   ASSERT_TRUE(e.Start().ok());
   CaseResult r = e.Run(testing::MulCase({2, 3}));
   EXPECT_EQ(r.outcome, Outcome::kMismatch);
   EXPECT_EQ(r.error, "off by one");
-  EXPECT_EQ(r.attempts, 3);
+  EXPECT_EQ(r.attempts, 2);
   EXPECT_FALSE(r.flaky);
-  EXPECT_EQ(e.stats().reruns, 2);
-  EXPECT_EQ(e.stats().workers_started, 3);  // each rerun in a fresh worker
+  EXPECT_EQ(e.stats().reruns, 1);
+}
+
+TEST(IsolatedCaseExecutor, AWrongAnswerThatChangesBetweenAttemptsUsesEveryRerun) {
+  IsolatedCaseExecutor e(ScriptedWorker(
+      R"(printf '{"result":"{\\"outcome\\":\\"mismatch\\",\\"error\\":\\"off by %s\\"}"}\n' "$COVERAGE_ATTEMPT" >&3)",
+      3));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult r = e.Run(testing::MulCase({2, 3}));
+  EXPECT_EQ(r.outcome, Outcome::kMismatch);
+  EXPECT_EQ(r.error, "off by 1");
+  EXPECT_EQ(r.attempts, 4);
+  EXPECT_FALSE(r.flaky);  // the same outcome every time
 }
 
 TEST(IsolatedCaseExecutor, AWorkerThatCannotSetUpIsAHarnessError) {
