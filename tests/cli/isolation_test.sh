@@ -5,7 +5,10 @@
 #     none twice), and leaves no worker process behind;
 #   - shards 0..N-1 (deploy/local/run_shards.sh) merged equal the unsharded run,
 #     and merging again changes nothing;
-#   - a model stage runs in a worker too.
+#   - a fault campaign on the simulated device: crash, abort, hang, wrong
+#     values, NaN, unsupported, error and a flaky crash injected into chosen
+#     ops; every fault is attributed to exactly its cases with the right
+#     outcome, and every other case completes and passes.
 # Needs COVERAGE_BIN and COVERAGE_HOME.
 set -uo pipefail
 BIN=${COVERAGE_BIN:?set COVERAGE_BIN}
@@ -100,6 +103,59 @@ check "an Indexed Job index without the count is refused" contains "$TMP/k8s.out
 check "merging a missing file is refused" test $? -eq 2
 "$BIN" --registry "$DB" run --stage=unit --isolation-config "$TMP/none.json" > "$TMP/conf.out" 2>&1
 check "a missing isolation config is refused" contains "$TMP/conf.out" "none.json"
+
+# 5. The fault campaign on sim (exact numerics, so that every case without a
+# fault passes). The faulted ops are leaves: no other case's op decomposes
+# into them on the way to the device.
+cat > "$TMP/faults.json" <<'JSON'
+[
+  {"op": "aten::neg", "fault": "crash"},
+  {"op": "aten::silu", "fault": "abort"},
+  {"op": "aten::tanh", "fault": "hang"},
+  {"op": "aten::triu", "fault": "hang"},
+  {"op": "aten::rsqrt", "fault": "wrong_values"},
+  {"op": "aten::pow", "fault": "nan"},
+  {"op": "aten::gelu", "fault": "unsupported"},
+  {"op": "aten::cat", "fault": "error"},
+  {"op": "aten::cos", "fault": "crash", "attempts": [1]}
+]
+JSON
+echo '{"numerics": "exact"}' > "$TMP/exact.json"
+COVERAGE_SIM_CONFIG="$TMP/exact.json" COVERAGE_SIM_FAULTS="@$TMP/faults.json" \
+  "$BIN" -q --registry "$DB" run --stage=unit --backend sim --run campaign --timeout 3 --reruns 1 \
+  > "$TMP/campaign.out" 2>&1
+check "the campaign run reports failures" test $? -eq 1 || tail -5 "$TMP/campaign.out" >&2
+outcomes() {  # op -> "outcome attempts flaky" lines, distinct
+  sqlite3 "$DB" "SELECT DISTINCT r.outcome || ' ' || r.attempts || ' ' || r.flaky FROM results r
+                 JOIN op_cases c ON c.case_id = r.case_id WHERE r.run_id = 'campaign' AND c.op = '$1'"
+}
+cases_of() { sqlite3 "$DB" "SELECT COUNT(*) FROM op_cases WHERE op = '$1'"; }
+errors_of() {  # how many of the op's results have an error containing $2
+  sqlite3 "$DB" "SELECT COUNT(*) FROM results r JOIN op_cases c ON c.case_id = r.case_id
+                 WHERE r.run_id = 'campaign' AND c.op = '$1' AND r.error LIKE '%$2%'"
+}
+check "every case has a result" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id = 'campaign'")" -eq "$total"
+check "crash: consistent, rerun once" test "$(outcomes aten::neg)" = "crash 2 0"
+check "crash: the signal and the op are named" test "$(errors_of aten::neg 'SIGSEGV%while running aten::neg')" -eq "$(cases_of aten::neg)"
+check "abort: a crash with SIGABRT" test "$(errors_of aten::silu SIGABRT)" -eq "$(cases_of aten::silu)"
+check "abort: outcome" test "$(outcomes aten::silu)" = "crash 2 0"
+check "hang: timeout" test "$(outcomes aten::tanh)" = "timeout 2 0"
+check "hang: timeout (triu)" test "$(outcomes aten::triu)" = "timeout 2 0"
+check "hang: the deadline is named" test "$(errors_of aten::tanh 'within 3 s')" -eq 1
+check "wrong values: mismatch, reproduced exactly after one rerun" test "$(outcomes aten::rsqrt)" = "mismatch 2 0"
+check "nan: non-finite mismatch" test "$(outcomes aten::pow)" = "nonfinite_mismatch 2 0"
+check "unsupported: not rerun" test "$(outcomes aten::gelu)" = "unsupported 1 0"
+check "error: the backend's message" test "$(outcomes aten::cat)" = "error 2 0"
+check "flaky crash: first attempt's outcome, passes on the rerun" test "$(outcomes aten::cos)" = "crash 2 1"
+check "flaky crash: the attempts are stored" test "$(sqlite3 "$DB" "SELECT DISTINCT attempt_outcomes FROM results r
+  JOIN op_cases c ON c.case_id = r.case_id WHERE r.run_id = 'campaign' AND c.op = 'aten::cos'")" = "crash,pass"
+faulted=$(sqlite3 "$DB" "SELECT COUNT(*) FROM op_cases WHERE op IN
+  ('aten::neg','aten::silu','aten::tanh','aten::triu','aten::rsqrt','aten::pow','aten::gelu','aten::cat','aten::cos')")
+check "every other case completes and passes" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results
+  WHERE run_id = 'campaign' AND outcome = 'pass'")" -eq "$((total - faulted))"
+check "the faults are listed in v_flaky" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM v_flaky WHERE run_id = 'campaign'")" -eq "$(cases_of aten::cos)"
+check "the run summary counts crashes and timeouts" grep -q "timed out" "$TMP/campaign.out"
+echo "fault campaign: $faulted faulted cases of $total"
 
 echo "isolation_test: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
