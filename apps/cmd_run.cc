@@ -64,11 +64,19 @@ struct RunFlags {
 // shared by every shard.
 Result<stages::Shard> ResolveShard(const RunFlags& flags) {
   stages::Shard shard;
-  if (!flags.shard.empty()) {
+  if (!flags.shard.empty() && flags.shard != "auto") {
     COV_ASSIGN_OR_RETURN(shard, stages::ParseShard(flags.shard));
   } else {
-    COV_ASSIGN_OR_RETURN(auto from_env, stages::ShardFromEnvironment([](const char* n) { return std::getenv(n); }));
-    if (from_env) shard = *from_env;
+    const bool engines = flags.shard == "auto";
+    COV_ASSIGN_OR_RETURN(auto from_env,
+                         stages::ShardFromEnvironment([](const char* n) { return std::getenv(n); }, engines));
+    if (from_env) {
+      shard = *from_env;
+    } else if (engines) {
+      return Status::InvalidArgument(
+          "--shard auto: no shard in the environment (COVERAGE_SHARD_INDEX/COVERAGE_TOTAL_SHARDS, "
+          "JOB_COMPLETION_INDEX with COVERAGE_TOTAL_SHARDS, or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT)");
+    }
   }
   if (shard.active() && flags.run_id.empty()) {
     return Status::InvalidArgument("shard " + shard.ToString() +
@@ -562,8 +570,9 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::Range(0, 100));
   cmd->add_option("--shard", flags->shard,
                   "Run shard i of N (\"i/N\"): the cases (unit) or models whose key hashes to i; default from "
-                  "COVERAGE_SHARD_INDEX/COVERAGE_TOTAL_SHARDS, JOB_COMPLETION_INDEX (with COVERAGE_TOTAL_SHARDS) or "
-                  "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT. Needs --run; join shards with `coverage merge`");
+                  "COVERAGE_SHARD_INDEX/COVERAGE_TOTAL_SHARDS. \"auto\": from those or the engine's, "
+                  "JOB_COMPLETION_INDEX (with COVERAGE_TOTAL_SHARDS) or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT. "
+                  "Needs --run; join shards with `coverage merge`");
   cmd->callback([&global, flags]() { global.exit_code = RunStage(global, *flags); });
 }
 

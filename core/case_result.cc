@@ -45,7 +45,7 @@ std::string CaseResult::ToJson() const {
     j["attempt_outcomes"] = json::array();
     for (Outcome o : attempt_outcomes) j["attempt_outcomes"].push_back(OutcomeName(o));
   }
-  return j.dump();
+  return DumpJson(j);
 }
 
 Result<CaseResult> CaseResult::FromJson(std::string_view text) {

@@ -1,4 +1,6 @@
 // Registry::MergeFrom: shard result databases into one registry.
+#include <unistd.h>
+
 #include <filesystem>
 #include <map>
 #include <set>
@@ -13,10 +15,12 @@ namespace {
 
 // What must agree for two pieces of one run to be one run: everything in
 // the stored configuration except where the piece ran (its shard).
+// Paths of config files may differ between machines; their contents are
+// compared through the digests the run stores ("replay", "checks").
 nlohmann::json Comparable(const std::string& config_json) {
   nlohmann::json j = nlohmann::json::parse(config_json, nullptr, false);
   if (!j.is_object()) return config_json;
-  j.erase("shard");
+  for (const char* k : {"shard", "tolerances", "profiles", "isolation"}) j.erase(k);
   return j;
 }
 
@@ -47,15 +51,31 @@ Result<MergeSummary> Registry::MergeFrom(const std::string& source_path) {
   if (std::filesystem::equivalent(source_path, db_->path(), ec)) {
     return Status::InvalidArgument("cannot merge '" + source_path + "' into itself");
   }
+  // The source is only read. One of an older schema is migrated in a
+  // temporary copy; a newer or foreign database is refused.
+  std::string attach_path = source_path;
+  std::filesystem::path migrated;
   {
-    // Brings the source to this build's schema (and refuses a newer or a
-    // foreign database) before it is attached.
-    COV_ASSIGN_OR_RETURN(auto source, Registry::Open(source_path));
-    COV_ASSIGN_OR_RETURN(int64_t has_runs, CountOf(source->db(), "SELECT COUNT(*) FROM runs"));
-    (void)has_runs;
+    auto source = Registry::Open(source_path, {.read_only = true});
+    if (!source && source.error().message().find("needs migrating") != std::string::npos) {
+      migrated = std::filesystem::temp_directory_path() /
+                 ("coverage-merge-" + std::to_string(::getpid()) + "-" + std::filesystem::path(source_path).filename().string());
+      std::filesystem::copy_file(source_path, migrated, std::filesystem::copy_options::overwrite_existing, ec);
+      if (ec) return Status::IoError("cannot copy '" + source_path + "' to migrate it: " + ec.message());
+      source = Registry::Open(migrated.string());
+      attach_path = migrated.string();
+    }
+    if (!source) return source.error().WithContext("merging '" + source_path + "'");
   }
+  struct RemoveCopy {
+    std::filesystem::path p;
+    ~RemoveCopy() {
+      std::error_code ignored;
+      if (!p.empty()) std::filesystem::remove(p, ignored);
+    }
+  } remove_copy{migrated};
   COV_ASSIGN_OR_RETURN(auto attach, db_->Prepare("ATTACH DATABASE ?1 AS src"));
-  attach.Bind(1, source_path);
+  attach.Bind(1, attach_path);
   COV_RETURN_IF_ERROR(attach.Run().WithContext("attaching '" + source_path + "'"));
   MergeSummary summary;
   Status s = InTransaction(*db_, [&]() -> Status {
@@ -100,6 +120,11 @@ Result<MergeSummary> Registry::MergeFrom(const std::string& source_path) {
     const std::string joined =
         " FROM src.results s JOIN src.op_cases sc ON sc.case_id = s.case_id "
         "JOIN main.op_cases mc ON mc.key = sc.key ";
+    // A result stored as skipped (a cost cap, say) is retried by a resume:
+    // a shard's later, real result replaces it.
+    COV_RETURN_IF_ERROR(db_->Exec(
+        "DELETE FROM main.results WHERE outcome = 'skipped' AND EXISTS (SELECT 1" + joined +
+        "WHERE s.run_id = main.results.run_id AND mc.case_id = main.results.case_id AND s.outcome != 'skipped')"));
     const std::string existing = joined + "JOIN main.results m ON m.run_id = s.run_id AND m.case_id = mc.case_id ";
     COV_ASSIGN_OR_RETURN(summary.already_present,
                          CountOf(*db_, "SELECT COUNT(*)" + existing + "WHERE " + kSameResult));
@@ -125,7 +150,15 @@ Result<MergeSummary> Registry::MergeFrom(const std::string& source_path) {
         joined));
     summary.results_added = db_->Changes();
 
-    // Model results, matched by their key.
+    // Model results, matched by their key. A (model, stage) stored only as
+    // skipped here is replaced whole by the source's real result (a stage
+    // is one set of rows, see RecordModelStage).
+    COV_RETURN_IF_ERROR(db_->Exec(
+        "DELETE FROM main.model_results WHERE EXISTS (SELECT 1 FROM src.model_results s WHERE "
+        "s.run_id = main.model_results.run_id AND s.model_id = main.model_results.model_id AND "
+        "s.stage = main.model_results.stage AND s.outcome != 'skipped') AND NOT EXISTS (SELECT 1 FROM "
+        "main.model_results o WHERE o.run_id = main.model_results.run_id AND o.model_id = main.model_results.model_id "
+        "AND o.stage = main.model_results.stage AND o.outcome != 'skipped')"));
     const std::string model_existing =
         " FROM src.model_results s JOIN main.model_results m ON m.run_id = s.run_id AND m.model_id = s.model_id "
         "AND m.profile = s.profile AND m.stage = s.stage AND m.item = s.item ";

@@ -344,10 +344,13 @@ class Registry {
   // Merges the runs of the registry file at `source_path` (typically shards
   // of one run, each made from a copy of this registry) into this one:
   // runs, shards, op-case results (matched by case key; cases this registry
-  // lacks are copied) and model results. Idempotent: rows already present
-  // are left as they are, so merging twice changes nothing; a row present
-  // with different content is a conflict, counted and kept. A run present in
-  // both with another stage, backend or configuration is an error, and
+  // lacks are copied) and model results. The source is only read (one of
+  // an older schema is migrated in a temporary copy). Idempotent: rows
+  // already present are left as they are, so merging twice changes nothing;
+  // a `skipped` row here gives way to the source's real result (a resumed
+  // shard retries skips); any other row present with different content is
+  // a conflict, counted and kept. A run present in both with another stage,
+  // backend or configuration (paths of config files aside) is an error, and
   // nothing is merged. One transaction.
   Result<MergeSummary> MergeFrom(const std::string& source_path);
 

@@ -1,6 +1,7 @@
 #include "runners/isolation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -37,10 +38,15 @@ bool IsValueVerdict(Outcome o) {
          o == Outcome::kNonFiniteMismatch;
 }
 
+bool SameMetric(const std::optional<double>& a, const std::optional<double>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a || *a == *b || (std::isnan(*a) && std::isnan(*b));
+}
+
 bool ReproducedExactly(const CaseResult& a, const CaseResult& b) {
   return IsValueVerdict(a.outcome) && a.outcome == b.outcome && a.error == b.error &&
-         a.max_abs_err == b.max_abs_err && a.max_rel_err == b.max_rel_err && a.mismatch_frac == b.mismatch_frac &&
-         a.cosine == b.cosine;
+         SameMetric(a.max_abs_err, b.max_abs_err) && SameMetric(a.max_rel_err, b.max_rel_err) &&
+         SameMetric(a.mismatch_frac, b.mismatch_frac) && SameMetric(a.cosine, b.cosine);
 }
 
 std::string Tail(const std::string& text, size_t max_lines) {
@@ -226,16 +232,26 @@ void WorkerPool::SpawnStandby(int attempt) {
 
 Result<std::unique_ptr<WorkerProcess>> WorkerPool::StartWorker(int attempt) {
   std::unique_ptr<WorkerProcess> worker;
+  bool spare = false;
   if (auto it = standby_.find(attempt); it != standby_.end() && it->second && it->second->alive()) {
     worker = std::move(it->second);
+    spare = true;
   } else {
     WorkerSpawnOptions spawn = options_.spawn;
     spawn.attempt = attempt;
     COV_ASSIGN_OR_RETURN(worker, WorkerProcess::Spawn(spawn));
   }
   ++stats_.workers_started;
-  const std::string setup = json{{"setup", options_.setup.ToJson()}}.dump();
+  const std::string setup = DumpJson(json{{"setup", options_.setup.ToJson()}});
   WorkerReply reply = worker->Call(setup, options_.policy.startup_timeout_s);
+  if (spare && reply.kind == WorkerReply::Kind::kDied) {
+    // A spare that died while it waited (the OOM killer, say) says nothing
+    // about the backend: start a fresh one instead.
+    WorkerSpawnOptions spawn = options_.spawn;
+    spawn.attempt = attempt;
+    COV_ASSIGN_OR_RETURN(worker, WorkerProcess::Spawn(spawn));
+    reply = worker->Call(setup, options_.policy.startup_timeout_s);
+  }
   if (reply.kind != WorkerReply::Kind::kReply) {
     return Status::Aborted(fmt::format(
         "the worker for backend '{}' {} while starting{}", options_.setup.backend,
@@ -290,7 +306,7 @@ CaseResult IsolatedCaseExecutor::RunOnce(const std::string& request, const OpCas
     json detail;
     std::tie(result.outcome, result.error) = Unanswered(*reply, op_case.QualifiedName(), timeout, &detail);
     result.timing.total_us = reply->seconds * 1e6;
-    result.detail_json = json{{"worker", detail}}.dump();
+    result.detail_json = DumpJson(json{{"worker", detail}});
     return result;
   }
   json j = json::parse(reply->line, nullptr, false);
@@ -307,7 +323,7 @@ CaseResult IsolatedCaseExecutor::RunOnce(const std::string& request, const OpCas
 }
 
 CaseResult IsolatedCaseExecutor::Run(const OpCase& op_case) {
-  const std::string request = json{{"unit", op_case.ToCanonicalJson()}}.dump();
+  const std::string request = DumpJson(json{{"unit", op_case.ToCanonicalJson()}});
   CaseResult first = RunOnce(request, op_case, 1);
   if (!harness_.ok() || !ShouldRerunCase(first.outcome)) return first;
   std::vector<Outcome> outcomes = {first.outcome};
@@ -371,14 +387,13 @@ std::vector<ModelCheckItem> IsolatedModelStageRunner::Run(const std::string& sta
                                                           const selection::Features& features, const json& config,
                                                           const CaptureProfile& profile, const BuildOptions& build,
                                                           const BuildPlan& /*plan*/) {
-  const std::string request =
+  const std::string request = DumpJson(
       json{{"model",
             {{"stage", stage},
              {"features", selection::ToJson(features)},
              {"config", config},
              {"profile", CaptureProfileToJson(profile)},
-             {"build", {{"max_layers", build.max_layers}, {"max_bytes", DoubleToJson(build.max_bytes)}}}}}}
-          .dump();
+             {"build", {{"max_layers", build.max_layers}, {"max_bytes", DoubleToJson(build.max_bytes)}}}}}});
   auto worst = [](const std::vector<ModelCheckItem>& items) {
     for (const auto& i : items) {
       if (IsUnexpectedFailure(i.outcome)) return i.outcome;
@@ -417,39 +432,39 @@ WorkerService::~WorkerService() = default;
 
 std::string WorkerService::Handle(const std::string& request) {
   json j = json::parse(request, nullptr, false);
-  if (!j.is_object()) return json{{"error", "request is not a JSON object"}}.dump();
+  if (!j.is_object()) return DumpJson(json{{"error", "request is not a JSON object"}});
   if (j.contains("setup")) return HandleSetup(j["setup"]);
-  if (!setup_) return json{{"error", "the first request must be the setup"}}.dump();
+  if (!setup_) return DumpJson(json{{"error", "the first request must be the setup"}});
   if (j.contains("unit") && j["unit"].is_string()) return HandleUnit(j["unit"].get<std::string>());
   if (j.contains("model")) return HandleModel(j["model"]);
-  return json{{"error", "unknown request: " + request.substr(0, 200)}}.dump();
+  return DumpJson(json{{"error", "unknown request: " + request.substr(0, 200)}});
 }
 
 std::string WorkerService::HandleSetup(const json& setup_json) {
   auto setup = WorkerSetup::FromJson(setup_json);
-  if (!setup) return json{{"error", setup.error().message()}}.dump();
+  if (!setup) return DumpJson(json{{"error", setup.error().message()}});
   auto replay = setup->Replay();
-  if (!replay) return json{{"error", replay.error().message()}}.dump();
+  if (!replay) return DumpJson(json{{"error", replay.error().message()}});
   auto backend = make_backend_(setup->backend);
-  if (!backend) return json{{"error", backend.error().message()}}.dump();
+  if (!backend) return DumpJson(json{{"error", backend.error().message()}});
   backend_ = *backend;
   setup_ = std::make_unique<WorkerSetup>(std::move(*setup));
   replay_ = std::make_unique<ReplayExecutor>(backend_, std::move(*replay));
-  return json{{"ready", true}, {"backend_version", backend_->Version()}}.dump();
+  return DumpJson(json{{"ready", true}, {"backend_version", backend_->Version()}});
 }
 
 std::string WorkerService::HandleUnit(const std::string& op_case_json) {
   auto op_case = OpCase::FromJson(op_case_json);
-  if (!op_case) return json{{"error", op_case.error().message()}}.dump();
-  return json{{"result", replay_->Run(*op_case).ToJson()}}.dump();
+  if (!op_case) return DumpJson(json{{"error", op_case.error().message()}});
+  return DumpJson(json{{"result", replay_->Run(*op_case).ToJson()}});
 }
 
 std::string WorkerService::HandleModel(const json& m) {
-  if (!m.is_object()) return json{{"error", "model request: expected an object"}}.dump();
+  if (!m.is_object()) return DumpJson(json{{"error", "model request: expected an object"}});
   auto features = selection::FeaturesFromJson(m.value("features", json::object()));
-  if (!features) return json{{"error", "model request: " + features.error().message()}}.dump();
+  if (!features) return DumpJson(json{{"error", "model request: " + features.error().message()}});
   auto profiles = ParseCaptureProfiles(json{{"profiles", json::array({m.value("profile", json::object())})}});
-  if (!profiles) return json{{"error", "model request: profile: " + profiles.error().message()}}.dump();
+  if (!profiles) return DumpJson(json{{"error", "model request: profile: " + profiles.error().message()}});
   const json build_json = m.value("build", json::object());
   BuildOptions build;
   build.max_layers = build_json.value("max_layers", build.max_layers);
@@ -471,7 +486,7 @@ std::string WorkerService::HandleModel(const json& m) {
   }
   json out = json::array();
   for (const auto& item : items) out.push_back(ModelCheckItemToJson(item));
-  return json{{"items", out}}.dump();
+  return DumpJson(json{{"items", out}});
 }
 
 }  // namespace coverage::runners

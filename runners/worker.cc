@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -70,12 +71,14 @@ std::string WorkerReply::DeathDescription() const {
 }
 
 Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(const WorkerSpawnOptions& options) {
-  std::string exe = options.executable;
-  if (exe.empty()) {
+  // This very binary, even when its file was rebuilt or removed since it
+  // started: /proc/self/exe names the running image, not the path.
+  std::string exe = options.executable.empty() ? "/proc/self/exe" : options.executable;
+  std::string argv0 = exe;
+  if (options.executable.empty()) {
     char buf[4096];
     ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-    if (n <= 0) return Status::IoError(std::string("cannot find this program's path: ") + std::strerror(errno));
-    exe.assign(buf, static_cast<size_t>(n));
+    if (n > 0) argv0.assign(buf, static_cast<size_t>(n));
   }
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -108,15 +111,19 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(const WorkerSpawnOpt
 
   std::vector<std::string> env_storage;
   for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "COVERAGE_ATTEMPT=", 17) == 0 || std::strncmp(*e, "COVERAGE_WORKER=", 16) == 0) continue;
+    if (std::strncmp(*e, "COVERAGE_ATTEMPT=", 17) == 0 || std::strncmp(*e, "COVERAGE_WORKER=", 16) == 0 ||
+        std::strncmp(*e, "COVERAGE_PARENT_PID=", 20) == 0) {
+      continue;
+    }
     env_storage.emplace_back(*e);
   }
   env_storage.push_back("COVERAGE_WORKER=1");
   env_storage.push_back(fmt::format("COVERAGE_ATTEMPT={}", options.attempt));
+  env_storage.push_back(fmt::format("COVERAGE_PARENT_PID={}", getpid()));
   std::vector<char*> envp;
   for (auto& s : env_storage) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> arg_storage = {exe};
+  std::vector<std::string> arg_storage = {argv0};
   arg_storage.insert(arg_storage.end(), options.args.begin(), options.args.end());
   std::vector<char*> argv;
   for (auto& s : arg_storage) argv.push_back(s.data());
@@ -184,6 +191,10 @@ void WorkerProcess::DrainStderr(bool until_eof) {
       }
       continue;
     }
+    if (n == 0) {
+      stderr_eof_ = true;  // every writer closed it; poll must stop watching it
+      return;
+    }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN && until_eof) {
       pollfd p{stderr_fd_, POLLIN, 0};
@@ -223,21 +234,24 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s) {
   stderr_partial_.clear();
   const std::string out = request + "\n";
   size_t sent = 0;
-  auto died = [&]() {
-    // The socket closed: the child is exiting or gone. Reap it (waiting a
-    // little for a clean exit) and keep what it printed last.
+  auto reap = [&](int status) {
+    if (WIFSIGNALED(status)) reply.term_signal = WTERMSIG(status);
+    if (WIFEXITED(status)) reply.exit_status = WEXITSTATUS(status);
+    alive_ = false;
+    kill(-pid_, SIGKILL);  // whatever it started goes with it
+  };
+  auto died = [&](bool reaped) {
+    // The socket closed or the child is gone: reap it (waiting a little for
+    // a clean exit) and keep what it printed last.
     reply.kind = WorkerReply::Kind::kDied;
-    int status = 0;
-    pid_t r = 0;
-    for (int i = 0; i < 500 && (r = waitpid(pid_, &status, WNOHANG)) == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    if (r == pid_) {
-      if (WIFSIGNALED(status)) reply.term_signal = WTERMSIG(status);
-      if (WIFEXITED(status)) reply.exit_status = WEXITSTATUS(status);
-      alive_ = false;
-    } else {
-      KillAndReap(&reply);
+    if (!reaped) {
+      int status = 0;
+      pid_t r = 0;
+      for (int i = 0; i < 500 && (r = waitpid(pid_, &status, WNOHANG)) == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      if (r == pid_) reap(status);
+      else KillAndReap(&reply);
     }
     DrainStderr(true);
     reply.stderr_tail = StderrTail();
@@ -262,16 +276,25 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s) {
       return reply;
     }
     pollfd fds[2] = {{socket_fd_, static_cast<short>(POLLIN | (sent < out.size() ? POLLOUT : 0)), 0},
-                     {stderr_fd_, POLLIN, 0}};
-    const int wait_ms = static_cast<int>(std::min(left * 1000.0 + 1, 1000.0));
+                     {stderr_eof_ ? -1 : stderr_fd_, POLLIN, 0}};
+    const int wait_ms = static_cast<int>(std::min(left * 1000.0 + 1, 200.0));
     int n = poll(fds, 2, wait_ms);
-    if (n < 0 && errno != EINTR) return died();
-    if (n <= 0) continue;
+    if (n < 0 && errno != EINTR) return died(false);
+    if (n <= 0) {
+      // A child the worker started may hold the socket open after the worker
+      // died: look at the worker itself too.
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        reap(status);
+        return died(true);
+      }
+      continue;
+    }
     if (fds[1].revents & (POLLIN | POLLHUP)) DrainStderr(false);
     if (sent < out.size() && (fds[0].revents & POLLOUT)) {
       ssize_t w = send(socket_fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w > 0) sent += static_cast<size_t>(w);
-      else if (w < 0 && errno != EAGAIN && errno != EINTR) return died();
+      else if (w < 0 && errno != EAGAIN && errno != EINTR) return died(false);
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       char buf[65536];
@@ -279,7 +302,7 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s) {
       if (r > 0) {
         pending_.append(buf, static_cast<size_t>(r));
       } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
-        return died();
+        return died(false);
       }
     }
   }
@@ -287,9 +310,11 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s) {
 
 int RunWorkerLoop(const std::function<std::string(const std::string&)>& handle) {
   // Die with the parent, even a SIGKILLed one; if it is already gone, stop.
-  const pid_t parent = getppid();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) return 1;
+  if (const char* parent = std::getenv("COVERAGE_PARENT_PID"); parent && std::atol(parent) != getppid()) return 1;
+  // Processes the backend starts must not hold the socket: the parent
+  // learns of a death from its end closing.
+  fcntl(kChildSocketFd, F_SETFD, FD_CLOEXEC);
   std::string pending;
   char buf[65536];
   for (;;) {
@@ -297,7 +322,20 @@ int RunWorkerLoop(const std::function<std::string(const std::string&)>& handle) 
     while ((nl = pending.find('\n')) != std::string::npos) {
       std::string request = pending.substr(0, nl);
       pending.erase(0, nl + 1);
-      std::string reply = handle(request) + "\n";
+      std::string reply;
+      try {
+        reply = handle(request) + "\n";
+      } catch (const std::exception& e) {
+        // A bug in answering must not look like a crash of the case.
+        std::string what = std::string(e.what()).substr(0, 200);
+        for (char& c : what) {
+          // Kept to plain ASCII without quotes or escapes, so the line is valid JSON.
+          if (static_cast<unsigned char>(c) >= 0x80 || static_cast<unsigned char>(c) < 0x20 || c == '"' || c == '\\') {
+            c = '?';
+          }
+        }
+        reply = "{\"error\": \"the worker failed to answer: " + what + "\"}\n";
+      }
       size_t sent = 0;
       while (sent < reply.size()) {
         ssize_t w = send(kChildSocketFd, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);

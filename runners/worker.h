@@ -82,6 +82,7 @@ class WorkerProcess {
   int socket_fd_ = -1;
   int stderr_fd_ = -1;
   bool alive_ = false;
+  bool stderr_eof_ = false;
   std::string pending_;              // bytes received after the last reply line
   std::string stderr_partial_;       // an unfinished stderr line
   std::deque<std::string> stderr_lines_;

@@ -633,12 +633,36 @@ class HostCall {
 // (views, in-place, out=) come back as sim tensors sharing its storage, the
 // rest are copied into fresh sim memory. Returns the schema marks as written
 // arguments (Tensor(a!)) are the argument objects themselves.
+// Like a real device, sim refuses an op whose tensors live on the device
+// and on the host at once (0-dim host tensors, scalars, excepted): a model
+// stage that left a buffer on the CPU must fail here as it would on
+// hardware, not quietly run on the host.
+void RefuseMixedDevices(const c10::FunctionSchema& schema, const std::string& qualified,
+                        const std::vector<c10::IValue>& args) {
+  bool any_sim = false;
+  std::string host_arg;
+  for (size_t i = 0; i < args.size(); ++i) {
+    ForEachTensor(args[i], [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (IsSim(t)) {
+        any_sim = true;
+      } else if (host_arg.empty() && !(t.device().is_cpu() && t.dim() == 0)) {
+        host_arg = schema.arguments()[i].name();
+      }
+    });
+  }
+  TORCH_CHECK(!any_sim || host_arg.empty(),
+              "Expected all tensors to be on the same device, but found at least two devices, privateuseone:0 and "
+              "cpu! (when checking argument '", host_arg, "' of ", qualified, ")");
+}
+
 void HostFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string qualified = QualifiedName(op);
   const std::string& bare = op.operator_name().name;
   const c10::FunctionSchema& schema = op.schema();
   std::shared_ptr<const Config> config = CurrentConfig();
   std::vector<c10::IValue> args = torch::jit::pop(*stack, schema.arguments().size());
+  RefuseMixedDevices(schema, qualified, args);
 
   const FaultRule* fault = MatchFault(*config, qualified, bare, args);
   if (fault != nullptr) {

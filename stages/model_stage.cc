@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_double.h"
 #include "core/progress.h"
 #include "registry/registry.h"
 #include "runners/model_builder.h"
@@ -105,7 +106,7 @@ registry::ModelResultRecord ToRecord(const runners::ModelCheckItem& item, const 
     r.error_ratio = item.error_ratio;
   }
   r.seconds = item.seconds;
-  r.detail_json = item.detail.dump();
+  r.detail_json = DumpJson(item.detail);
   r.attempts = item.attempts;
   r.flaky = item.flaky;
   for (Outcome o : item.attempt_outcomes) {
@@ -188,7 +189,12 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
   if (summary.resumed) COV_RETURN_IF_ERROR(CheckSameChecks(stored_run, options));
   {
     COV_ASSIGN_OR_RETURN(auto in_flight, registry.InFlight(summary.run_id));
-    summary.was_in_flight = static_cast<int64_t>(in_flight.size());
+    for (const auto& m : chosen) {
+      for (const auto& s : stages) {
+        summary.was_in_flight +=
+            std::count(in_flight.begin(), in_flight.end(), "model:" + m.model_id + ":" + s);
+      }
+    }
   }
   if (options.shard.active()) {
     COV_RETURN_IF_ERROR(registry.StartShard(summary.run_id, options.shard.index, options.shard.count, options.host,
@@ -319,7 +325,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
         d["layers_total"] = plan.layers_total;
         d["estimated_flops"] = cost;
         if (!plan.notes.empty()) d["build_notes"] = plan.notes;
-        rows.back().detail_json = d.dump();
+        rows.back().detail_json = DumpJson(d);
       }
       if (rows.empty()) rows.push_back(Skipped("the model has no module of a kind the module stage checks", plan.family));
       ++summary.executed;

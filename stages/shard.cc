@@ -46,7 +46,8 @@ Result<Shard> ParseShard(std::string_view text) {
   return Make(*i, *n, "--shard " + std::string(text));
 }
 
-Result<std::optional<Shard>> ShardFromEnvironment(const std::function<const char*(const char*)>& getenv) {
+Result<std::optional<Shard>> ShardFromEnvironment(const std::function<const char*(const char*)>& getenv,
+                                                  bool engines) {
   auto get = [&](const char* name) -> std::optional<std::string> {
     const char* v = getenv(name);
     if (v == nullptr || *v == '\0') return std::nullopt;
@@ -61,10 +62,14 @@ Result<std::optional<Shard>> ShardFromEnvironment(const std::function<const char
     const char* index;
     const char* count;
     const char* offset;  // subtracted from the index, when set
+    const char* step;    // the index is divided by it, when set
+    bool engine;
   };
-  for (const Pair& p : {Pair{"COVERAGE_SHARD_INDEX", "COVERAGE_TOTAL_SHARDS", nullptr},
-                        Pair{"JOB_COMPLETION_INDEX", "COVERAGE_TOTAL_SHARDS", nullptr},
-                        Pair{"SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN"}}) {
+  for (const Pair& p : {Pair{"COVERAGE_SHARD_INDEX", "COVERAGE_TOTAL_SHARDS", nullptr, nullptr, false},
+                        Pair{"JOB_COMPLETION_INDEX", "COVERAGE_TOTAL_SHARDS", nullptr, nullptr, true},
+                        Pair{"SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN",
+                             "SLURM_ARRAY_TASK_STEP", true}}) {
+    if (p.engine && !engines) continue;
     auto index_text = get(p.index);
     if (!index_text) continue;
     auto count_text = get(p.count);
@@ -78,6 +83,16 @@ Result<std::optional<Shard>> ShardFromEnvironment(const std::function<const char
       if (auto min = get(p.offset)) {
         COV_ASSIGN_OR_RETURN(long long m, number(p.offset, *min));
         index -= m;
+      }
+    }
+    if (p.step) {
+      if (auto step_text = get(p.step)) {
+        COV_ASSIGN_OR_RETURN(long long step, number(p.step, *step_text));
+        if (step < 1 || index % step != 0) {
+          return Status::InvalidArgument(fmt::format("{}={} does not fit {}={}", p.index, *index_text, p.step,
+                                                     *step_text));
+        }
+        index /= step;
       }
     }
     COV_ASSIGN_OR_RETURN(Shard s, Make(index, count, fmt::format("{}={} {}={}", p.index, *index_text, p.count,

@@ -30,10 +30,13 @@ Result<Shard> ParseShard(std::string_view text);
 
 // The shard the environment assigns, in this order:
 //   COVERAGE_SHARD_INDEX + COVERAGE_TOTAL_SHARDS   (like GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS)
+// and, only with `engines` (`--shard auto`: a Slurm array task or an Indexed
+// Job pod may run coverage without meaning to shard it):
 //   JOB_COMPLETION_INDEX + COVERAGE_TOTAL_SHARDS   (a Kubernetes Indexed Job; the count is the Job's completions)
-//   SLURM_ARRAY_TASK_ID  + SLURM_ARRAY_TASK_COUNT  (a Slurm array; the index is taken relative to SLURM_ARRAY_TASK_MIN)
+//   SLURM_ARRAY_TASK_ID  + SLURM_ARRAY_TASK_COUNT  (a Slurm array: (id - SLURM_ARRAY_TASK_MIN) / SLURM_ARRAY_TASK_STEP)
 // nullopt when none is set. An index without its count, or values out of
 // range, are errors naming the variables. `getenv` is std::getenv in the app.
-Result<std::optional<Shard>> ShardFromEnvironment(const std::function<const char*(const char*)>& getenv);
+Result<std::optional<Shard>> ShardFromEnvironment(const std::function<const char*(const char*)>& getenv,
+                                                  bool engines);
 
 }  // namespace coverage::stages

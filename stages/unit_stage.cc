@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cctype>
 #include <ctime>
+#include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -118,8 +119,8 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
   if (summary.resumed) COV_RETURN_IF_ERROR(CheckSameReplayConfig(stored_run, options));
 
   COV_ASSIGN_OR_RETURN(auto finished, registry.FinishedCaseIds(summary.run_id));
-  COV_ASSIGN_OR_RETURN(auto in_flight, registry.InFlight(summary.run_id));
-  summary.was_in_flight = static_cast<int64_t>(in_flight.size());
+  COV_ASSIGN_OR_RETURN(auto in_flight_items, registry.InFlight(summary.run_id));
+  const std::set<std::string> in_flight(in_flight_items.begin(), in_flight_items.end());
   if (options.shard.active()) {
     COV_RETURN_IF_ERROR(registry.StartShard(summary.run_id, options.shard.index, options.shard.count, options.host,
                                             NowIso8601()));
@@ -133,6 +134,9 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
 
   std::vector<const registry::StoredCase*> todo;
   for (const auto& c : cases) {
+    // Marks of cases outside this invocation's filter or shard stay for the
+    // invocation that runs them.
+    summary.was_in_flight += in_flight.count("case:" + std::to_string(c.case_id));
     if (finished.count(c.case_id)) {
       ++summary.already_done;
     } else {

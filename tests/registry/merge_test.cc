@@ -101,6 +101,35 @@ TEST_F(Merge, ShardsMergeIntoOneFinishedRunAndMergingTwiceChangesNothing) {
   EXPECT_EQ(Dump(*whole), once);
 }
 
+TEST_F(Merge, ASkippedResultIsReplacedByTheShardsRealOneAndTheSourceIsOnlyRead) {
+  RunShard("s0.db", 0);
+  auto merged = Open("merged.db");
+  {
+    // The merged run holds case 0 as skipped (an earlier cost cap) and a
+    // model stage skipped whole.
+    ASSERT_TRUE(merged->CreateOrResumeRun({.run_id = "R", .stage = "unit", .backend = "sim", .started_at = "t",
+                                           .config_json = R"({"replay":{"seed":0}})"}, nullptr));
+    ASSERT_TRUE(merged->RecordResult({.run_id = "R", .case_id = ids_[0], .outcome = Outcome::kSkipped,
+                                      .error = "over the cost cap"}).ok());
+    ASSERT_TRUE(merged->RecordModelStage("R", "m/x", "prefill", "model",
+                                         {{.item = "*", .outcome = Outcome::kSkipped, .error = "cap"}}).ok());
+    auto s0 = Open("s0.db");
+    ASSERT_TRUE(s0->RecordModelStage("R", "m/x", "prefill", "model", {{.item = "forward"}}).ok());
+  }
+  const auto before = std::filesystem::last_write_time(dir_.File("s0.db"));
+  const auto size = std::filesystem::file_size(dir_.File("s0.db"));
+  auto m = merged->MergeFrom(dir_.File("s0.db"));
+  ASSERT_TRUE(m.has_value()) << m.error().ToString();
+  EXPECT_EQ(m->conflicts, 0);
+  auto row = merged->Query("SELECT outcome FROM results WHERE run_id = 'R' AND case_id = ?1", {std::to_string(ids_[0])});
+  EXPECT_EQ(row->rows[0][0], "mismatch");
+  auto stage = merged->Query("SELECT item, outcome FROM model_results WHERE run_id = 'R' ORDER BY item");
+  ASSERT_EQ(stage->rows.size(), 1u);
+  EXPECT_EQ(stage->rows[0], (std::vector<std::string>{"forward", "pass"}));
+  EXPECT_EQ(std::filesystem::last_write_time(dir_.File("s0.db")), before);
+  EXPECT_EQ(std::filesystem::file_size(dir_.File("s0.db")), size);
+}
+
 TEST_F(Merge, CasesTheTargetLacksAreCopiedByKey) {
   RunShard("s0.db", 0);
   {

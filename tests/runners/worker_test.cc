@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <string>
 
@@ -86,6 +88,26 @@ TEST(Worker, AHangTimesOutAndItsWholeProcessGroupIsKilled) {
   EXPECT_TRUE(Gone(child)) << "the worker's own child survived";
 }
 
+TEST(Worker, ADeathIsSeenAtOnceEvenWhenAChildHoldsTheSocket) {
+  // The worker's child inherits fd 3 and keeps the socket open after the
+  // worker dies: the death must still be a crash, not a timeout.
+  auto w = WorkerProcess::Spawn(Shell("sleep 30 & read -r l <&3; kill -SEGV $$"));
+  ASSERT_TRUE(w.has_value());
+  WorkerReply r = (*w)->Call("go", 10);
+  EXPECT_EQ(r.kind, WorkerReply::Kind::kDied);
+  EXPECT_EQ(r.term_signal, SIGSEGV);
+  EXPECT_LT(r.seconds, 3.0);
+}
+
+TEST(Worker, AWorkerThatClosesItsOutputDoesNotMakeTheParentSpin) {
+  auto w = WorkerProcess::Spawn(Shell("exec 1>&- 2>&-; read -r l <&3; sleep 1; echo done >&3"));
+  ASSERT_TRUE(w.has_value());
+  const std::clock_t cpu = std::clock();
+  WorkerReply r = (*w)->Call("go", 10);
+  EXPECT_EQ(r.line, "done");
+  EXPECT_LT(static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC, 0.5) << "busy-waited on a closed pipe";
+}
+
 TEST(Worker, TheAttemptIsInItsEnvironment) {
   auto w = WorkerProcess::Spawn(Shell("read -r l <&3; echo \"$COVERAGE_ATTEMPT:$COVERAGE_WORKER\" >&3", 3));
   ASSERT_TRUE(w.has_value());
@@ -155,6 +177,33 @@ TEST(IsolatedCaseExecutor, ACrashIsAttributedAndTheNextCaseGetsAFreshWorker) {
   EXPECT_EQ(e.Run(testing::MulCase({2, 3})).outcome, Outcome::kPass);
   EXPECT_EQ(e.stats().workers_started, 2);
   EXPECT_EQ(e.stats().crashes, 1);
+}
+
+TEST(IsolatedCaseExecutor, OutputThatIsNotUtf8IsKeptReadableAndNothingThrows) {
+  IsolatedCaseExecutor e(ScriptedWorker("printf 'bad \\377\\376 bytes\\n' >&2; kill -SEGV $$", 0));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult r = e.Run(testing::MulCase({2, 3}));
+  EXPECT_EQ(r.outcome, Outcome::kCrash);
+  EXPECT_NE(r.error.find("bad"), std::string::npos) << r.error;
+  EXPECT_FALSE(nlohmann::json::parse(r.detail_json, nullptr, false).is_discarded());
+  EXPECT_FALSE(nlohmann::json::parse(r.ToJson(), nullptr, false).is_discarded());
+}
+
+TEST(IsolatedCaseExecutor, ASpareThatDiedWhileWaitingIsReplacedNotAHarnessError) {
+  // Process 2 (the spare kept for attempt 1) exits at once; the rest serve,
+  // crashing on [7,3].
+  const std::string counter = ::testing::TempDir() + "/worker_counter_" + std::to_string(getpid());
+  std::remove(counter.c_str());
+  IsolationOptions o = ScriptedWorker(std::string("case \"$l\" in *\"[7,3]\"*) kill -SEGV $$;; *) ") + kPass + ";; esac", 0);
+  o.spawn.args[1] = "n=$(cat " + counter + " 2>/dev/null || echo 0); n=$((n+1)); echo $n > " + counter +
+                    "; [ $n = 2 ] && exit 7; " + o.spawn.args[1];
+  IsolatedCaseExecutor e(o);
+  ASSERT_TRUE(e.Start().ok());
+  for (int i = 0; i < 100 && std::ifstream(counter).peek() != '2'; ++i) usleep(10000);  // the spare has started and died
+  EXPECT_EQ(e.Run(testing::MulCase({7, 3})).outcome, Outcome::kCrash);
+  EXPECT_EQ(e.Run(testing::MulCase({2, 3})).outcome, Outcome::kPass);
+  EXPECT_TRUE(e.HarnessStatus().ok()) << e.HarnessStatus().ToString();
+  std::remove(counter.c_str());
 }
 
 TEST(IsolatedCaseExecutor, AHangIsATimeoutAndTheRunGoesOn) {

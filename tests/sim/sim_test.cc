@@ -104,6 +104,20 @@ TEST_F(SimOps, CopiesInEveryDirection) {
   EXPECT_TRUE(at::equal(nc.cpu(), c.t()));
 }
 
+TEST_F(SimOps, MixingDeviceAndHostTensorsIsRefusedLikeOnADevice) {
+  at::Tensor s = OnSim(at::ones({3, 4}));
+  try {
+    (void)at::mm(s, at::ones({4, 2}));
+    ADD_FAILURE() << "mm of a sim and a cpu tensor ran";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("same device"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("aten::mm"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)(s + at::ones({3, 4})), c10::Error);
+  // A 0-dim host tensor is a scalar: allowed, as on CUDA.
+  EXPECT_TRUE(at::allclose((s * at::scalar_tensor(2.0)).cpu(), at::full({3, 4}, 2.0)));
+}
+
 TEST_F(SimOps, ElementwiseReductionsAndMatmulMatchCpu) {
   at::Tensor a = at::randn({8, 16}), b = at::randn({8, 16}), m = at::randn({16, 4});
   at::Tensor sa = OnSim(a), sb = OnSim(b), sm = OnSim(m);

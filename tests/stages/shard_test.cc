@@ -10,11 +10,13 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-Result<std::optional<Shard>> FromEnv(const Env& env) {
-  return ShardFromEnvironment([&](const char* name) -> const char* {
-    auto it = env.find(name);
-    return it == env.end() ? nullptr : it->second.c_str();
-  });
+Result<std::optional<Shard>> FromEnv(const Env& env, bool engines = true) {
+  return ShardFromEnvironment(
+      [&](const char* name) -> const char* {
+        auto it = env.find(name);
+        return it == env.end() ? nullptr : it->second.c_str();
+      },
+      engines);
 }
 
 TEST(Shard, EveryKeyLandsInExactlyOneShardAndShardsAreBalanced) {
@@ -78,6 +80,30 @@ TEST(Shard, TheEnvironmentOfEachEngineAssignsTheShard) {
                        {"SLURM_ARRAY_TASK_COUNT", "2"}});
   ASSERT_TRUE(both.has_value() && both->has_value());
   EXPECT_EQ((*both)->index, 0);
+}
+
+TEST(Shard, EngineVariablesCountOnlyWhenAskedFor) {
+  // A Slurm array task or an Indexed Job pod that runs coverage whole.
+  auto slurm = FromEnv({{"SLURM_ARRAY_TASK_ID", "1"}, {"SLURM_ARRAY_TASK_COUNT", "4"}}, /*engines=*/false);
+  ASSERT_TRUE(slurm.has_value());
+  EXPECT_FALSE(slurm->has_value());
+  auto k8s = FromEnv({{"JOB_COMPLETION_INDEX", "1"}, {"COVERAGE_TOTAL_SHARDS", "4"}}, false);
+  ASSERT_TRUE(k8s.has_value());
+  EXPECT_FALSE(k8s->has_value());
+  auto own = FromEnv({{"COVERAGE_SHARD_INDEX", "1"}, {"COVERAGE_TOTAL_SHARDS", "4"}}, false);
+  ASSERT_TRUE(own.has_value() && own->has_value());
+}
+
+TEST(Shard, SlurmArraysWithAStepMapToConsecutiveShards) {
+  // --array=0-14:2 has 8 tasks: ids 0, 2, ..., 14.
+  std::set<int> seen;
+  for (int id = 0; id <= 14; id += 2) {
+    auto s = FromEnv({{"SLURM_ARRAY_TASK_ID", std::to_string(id)}, {"SLURM_ARRAY_TASK_COUNT", "8"},
+                      {"SLURM_ARRAY_TASK_MIN", "0"}, {"SLURM_ARRAY_TASK_STEP", "2"}});
+    ASSERT_TRUE(s.has_value() && s->has_value()) << id;
+    seen.insert((*s)->index);
+  }
+  EXPECT_EQ(seen, (std::set<int>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
 TEST(Shard, AnIndexWithoutItsCountOrOutOfRangeIsExplained) {
