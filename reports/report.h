@@ -1,0 +1,163 @@
+// Reports: what a run (or a group of runs, e.g. a nightly's unit run and its
+// module/model/train run) found, compared against a baseline, with known
+// failures applied and root causes traced from failing models down to the
+// op cases they use. One data model (Report), built from the registry by
+// BuildReport, written as self-contained HTML, JUnit XML and JSON.
+//
+// Torch-free: depends on core and registry only. Nothing here runs a case.
+// Thread safety: a Report is a plain value.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "reports/expectations.h"
+
+namespace coverage::registry {
+class Registry;
+}
+
+namespace coverage::reports {
+
+// How one result compares with the baseline's result for the same case or
+// model item (Note [Run diffs] in build.cc).
+enum class Change {
+  kNoBaseline,       // the report has no baseline for this result's run
+  kNewCase,          // the baseline run has no result for it
+  kRemoved,          // the baseline run has a result, this run has none
+  kNewFailure,       // did not fail unexpectedly in the baseline, does now
+  kFixed,            // failed unexpectedly in the baseline, does not now
+  kStillFailing,     // fails unexpectedly in both
+  kDrift,            // passes in both, but its error grew past the drift threshold
+  kPerfRegression,   // warm latency slower than the baseline beyond the measured spread
+  kPerfImprovement,  // faster beyond the spread
+  kCompileChange,    // first-call overhead (first call minus warm) changed beyond the threshold
+  kUnchanged,
+};
+std::string_view ChangeName(Change change);  // "new_failure", "fixed", ...
+
+struct ReportOptions {
+  std::vector<std::string> run_ids;           // the runs to report (at least one)
+  // Baselines: explicit run ids (matched to runs by stage), or, when empty
+  // and find_baseline, for each run the last finished run before it of the
+  // same stage and backend whose judging options (config "replay" /
+  // "checks") are the same.
+  std::vector<std::string> baseline_run_ids;
+  bool find_baseline = true;
+  Expectations expectations;                  // known failures of the backend (may be empty)
+  // Accuracy drift: both pass, and max_abs_err grew by drift_factor and by
+  // at least drift_floor.
+  double drift_factor = 4.0;
+  double drift_floor = 1e-6;
+  // Performance: warm latency changed by more than perf_spreads times the
+  // larger of the two runs' spreads, and by perf_min_rel, and by perf_min_us.
+  double perf_spreads = 3.0;
+  double perf_min_rel = 0.10;
+  double perf_min_us = 5.0;
+  // Compile (first call minus warm): changed by compile_factor and compile_min_us.
+  double compile_factor = 2.0;
+  double compile_min_us = 1000.0;
+  std::string title;                          // default: "coverage: <backend> <run ids>"
+  std::string registry_path;                  // shown in the report and used in repro commands
+};
+
+struct RunInfo {
+  std::string run_id, stage, backend, started_at, finished_at, host, git_revision, libtorch_version, config_json;
+  int64_t results = 0;
+  std::string shards;  // "3 of 4 shards finished"; empty when not sharded
+};
+
+// One op case of a reported unit run, or of its baseline when removed.
+struct CaseEntry {
+  std::string run_id;           // the run it belongs to ("" for removed)
+  std::string key, op, summary; // op: "aten::add.Tensor"
+  std::string dtypes;           // "f32 i64"
+  std::vector<std::string> models;    // provenance: models whose capture produced it (sorted)
+  std::vector<std::string> families;  // their model types (sorted, distinct)
+  std::string outcome;          // as stored ("" when removed)
+  std::string verdict;          // after expectations: outcome, "expected_failure" or "unexpected_pass"
+  std::string expectation;      // the matching expectation's reason, if any
+  std::string error;
+  std::optional<double> max_abs_err, max_rel_err, mismatch_frac, cosine, error_ratio;
+  std::optional<double> first_call_us, warm_us, warm_spread_us;
+  int attempts = 1;
+  bool flaky = false;
+  std::string attempt_outcomes;
+  std::string counters_json;
+  // The baseline's result, when there is one.
+  std::string baseline_run_id, baseline_outcome;
+  std::optional<double> baseline_max_abs_err, baseline_first_call_us, baseline_warm_us, baseline_warm_spread_us;
+  Change change = Change::kNoBaseline;
+  std::string change_detail;    // "max abs error 3.2e-05 -> 4.1e-03 (128x)", "warm 12.0 us -> 30.1 us (spread 1.2 us)"
+  std::vector<std::string> extra_changes;  // drift/perf/compile names when they coexist with the main change
+  std::string repro;            // the `coverage repro` command for it
+};
+
+// One item of a model-level stage (module kind, "forward", "train", "*").
+struct ModelItemEntry {
+  std::string run_id, stage, item, profile;
+  std::string outcome, verdict, expectation, error, blocked_by;
+  std::optional<double> max_abs_err, max_rel_err, cosine, error_ratio;
+  double seconds = 0;
+  int attempts = 1;
+  bool flaky = false;
+  std::string baseline_outcome;
+  Change change = Change::kNoBaseline;
+  std::string change_detail;
+};
+
+struct ModelEntry {
+  std::string model_id, family;
+  std::map<std::string, std::string> stage_verdict;  // stage -> worst verdict of its items
+  std::vector<ModelItemEntry> items;
+  // Root cause: keys of op cases this model's capture produced (registry
+  // provenance) that fail unexpectedly in a reported unit run.
+  std::vector<std::string> failing_cases;
+  bool failing = false;  // some module/model/train item fails unexpectedly
+};
+
+// A failing op case, and the failing models that use it.
+struct Blocker {
+  std::string key, op, summary, verdict;
+  std::vector<std::string> models;  // failing models whose capture produced it
+};
+
+struct StageSummary {
+  std::string stage;                          // unit, module, model, train
+  std::map<std::string, int64_t> verdicts;    // verdict -> count (cases for unit, models for the others)
+  int64_t total = 0;
+  double pass_rate = 0;                       // pass (+ expected_failure) / (total - skipped)
+};
+
+struct Report {
+  std::string title, generated_at, registry_path;
+  std::vector<RunInfo> runs, baselines;
+  std::vector<StageSummary> stages;
+  // family -> stage -> (passing, total): the stage x family matrix.
+  std::map<std::string, std::map<std::string, std::pair<int64_t, int64_t>>> matrix;
+  std::vector<CaseEntry> cases;    // regressions first (new failures, drift, perf), then the rest by op and key
+  std::vector<ModelEntry> models;  // failing first, then by id
+  std::vector<Blocker> blockers;   // most models blocked first
+  std::map<Change, int64_t> changes;  // over cases and model items
+  std::vector<std::string> warnings;  // "no baseline for run X: ...", expectations that matched nothing, ...
+
+  // What `coverage nightly` fails on: a new failure (not expected), accuracy
+  // drift, or a performance regression.
+  bool Regressed() const;
+  int64_t CountOf(Change change) const;
+};
+
+Result<Report> BuildReport(registry::Registry& registry, const ReportOptions& options);
+
+// Writers. Every string from the registry (model ids, error text, case
+// summaries) is escaped for its format.
+std::string ReportToJson(const Report& report);   // a summary: runs, stages, changes, regressions, blockers
+std::string ReportToJUnit(const Report& report);  // one testcase per case and per model item per stage
+std::string ReportToHtml(const Report& report);   // one self-contained file (inline CSS, JS, SVG)
+
+}  // namespace coverage::reports
