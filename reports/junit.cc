@@ -1,0 +1,3 @@
+#include "reports/report.h"
+
+namespace coverage::reports {}  // namespace coverage::reports
