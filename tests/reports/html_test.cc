@@ -1,1 +1,254 @@
+// The HTML report: hostile registry strings never reach the page raw, the
+// script data parses back, nothing outside the file is referenced, the
+// structure matches the golden outline, and 30,000 cases stay compact.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "reports/escape.h"
+#include "reports/report.h"
+#include "tests/reports/report_fixture.h"
+
+namespace coverage::reports {
+namespace {
+
+using testing::kInvalidUtf8Error;
+using testing::kLineSeparatorSummary;
+using testing::kQuotesError;
+using testing::kScriptEndError;
+using testing::kScriptModelId;
+
+size_t Occurrences(std::string_view text, std::string_view needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string_view::npos; at = text.find(needle, at + needle.size())) {
+    ++count;
+  }
+  return count;
+}
+
+// True when `text` is well-formed UTF-8 (no stray, truncated, overlong or
+// surrogate sequences).
+bool IsUtf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    size_t n = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (n == 0 || i + n > text.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return false;
+    }
+    const auto b1 = static_cast<unsigned char>(n > 1 ? text[i + 1] : 0);
+    if ((b == 0xE0 && b1 < 0xA0) || (b == 0xED && b1 > 0x9F) || (b == 0xF0 && b1 < 0x90) || (b == 0xF4 && b1 > 0x8F)) {
+      return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+// The text of the <script type="application/json"> block.
+std::string ScriptData(const std::string& html) {
+  const std::string open = "<script type=\"application/json\" id=\"case-data\">";
+  const size_t begin = html.find(open);
+  if (begin == std::string::npos) return "";
+  const size_t end = html.find("</script>", begin);
+  return html.substr(begin + open.size(), end - begin - open.size());
+}
+
+// The report's structure as text: sections, headings, figure captions,
+// charts and each table's column headings, in document order.
+std::string Outline(const std::string& html) {
+  static const std::regex kTag(R"(<(header|section|h1|h2|h3|table|figcaption|svg)\b([^>]*)>)");
+  static const std::regex kId(R"re(\b(id|class)="([^"]*)")re");
+  static const std::regex kMarkup("<[^>]*>");
+  auto text_until = [&](size_t from, const std::string& tag) {
+    const size_t end = html.find("</" + tag + ">", from);
+    return std::regex_replace(html.substr(from, end - from), kMarkup, "");
+  };
+  std::ostringstream out;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), kTag); it != std::sregex_iterator(); ++it) {
+    const std::string tag = (*it)[1];
+    const std::string attributes = (*it)[2];
+    const size_t after = static_cast<size_t>(it->position() + it->length());
+    std::smatch id;
+    const std::string name = std::regex_search(attributes, id, kId) ? (id[1] == "id" ? "#" : ".") + id[2].str() : "";
+    if (tag == "header" || tag == "section") {
+      out << tag << " " << name << "\n";
+    } else if (tag == "svg") {
+      out << "  svg " << name << "\n";
+    } else if (tag == "table") {
+      const size_t head_end = html.find("</thead>", after);
+      const std::string head = html.substr(after, head_end - after);
+      out << "  table " << name << ":";
+      static const std::regex kTh(R"(<th\b[^>]*>(.*?)</th>)");
+      for (auto th = std::sregex_iterator(head.begin(), head.end(), kTh); th != std::sregex_iterator(); ++th) {
+        out << " | " << std::regex_replace((*th)[1].str(), kMarkup, "");
+      }
+      out << "\n";
+    } else {
+      out << "  " << tag << " " << text_until(after, tag) << "\n";
+    }
+  }
+  return out.str();
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(EscapeHtml, EscapesMarkupAndBothQuotes) {
+  EXPECT_EQ(EscapeHtml(R"(<a href="x" title='y'>&</a>)"),
+            "&lt;a href=&quot;x&quot; title=&#39;y&#39;&gt;&amp;&lt;/a&gt;");
+}
+
+TEST(EscapeHtml, KeepsWellFormedMultibyteText) {
+  const std::string text =
+      "Gr\xC3\xBC\xC3\x9F"
+      "e \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80";
+  EXPECT_EQ(EscapeHtml(text), text);
+}
+
+TEST(EscapeHtml, ReplacesBytesThatAreNotUtf8) {
+  // A stray continuation byte, an invalid lead byte, a truncated sequence, an
+  // overlong '/', a surrogate.
+  const std::string out = EscapeHtml("a\x80 b\xff c\xe6\x97 d\xc0\xaf e\xed\xa0\x80");
+  EXPECT_TRUE(IsUtf8(out)) << out;
+  EXPECT_EQ(Occurrences(out, "\xEF\xBF\xBD"), 9u) << out;  // one per byte
+  EXPECT_NE(out.find("a\xEF\xBF\xBD b"), std::string::npos);
+}
+
+TEST(EscapeHtml, WritesLineSeparatorsAsReferences) {
+  EXPECT_EQ(EscapeHtml("a\xE2\x80\xA8"
+                       "b\xE2\x80\xA9"
+                       "c"),
+            "a&#x2028;b&#x2029;c");
+}
+
+TEST(EscapeHtml, ReplacesControlCharactersButKeepsWhitespace) {
+  EXPECT_EQ(EscapeHtml(std::string("a\0b\x1b\x7f\tc\nd\r", 10)),
+            "a\xEF\xBF\xBD"
+            "b\xEF\xBF\xBD\xEF\xBF\xBD\tc\nd\r");
+}
+
+class HtmlReportTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  Report MakeReport() const {
+    return std::string(GetParam()) == "small" ? testing::SmallReport() : testing::RealisticReport();
+  }
+};
+
+TEST_P(HtmlReportTest, HostileStringsNeverAppearRaw) {
+  const std::string html = ReportToHtml(MakeReport());
+  EXPECT_EQ(html.find(kScriptModelId), std::string::npos);
+  EXPECT_EQ(html.find("<script>alert"), std::string::npos);
+  EXPECT_EQ(html.find(kScriptEndError), std::string::npos);
+  EXPECT_EQ(html.find(kQuotesError), std::string::npos);
+  EXPECT_EQ(html.find("<b>bold</b>"), std::string::npos);
+  EXPECT_EQ(html.find("\"quoted\""), std::string::npos);
+  EXPECT_EQ(html.find("<!-- end"), std::string::npos);
+  EXPECT_EQ(html.find("\xE2\x80\xA8"), std::string::npos);
+  EXPECT_EQ(html.find("\xE2\x80\xA9"), std::string::npos);
+  EXPECT_TRUE(IsUtf8(html));
+  // Only the report's own two script elements: the data and the code.
+  EXPECT_EQ(Occurrences(html, "<script"), 2u);
+  EXPECT_EQ(Occurrences(html, "</script"), 2u);
+  // Escaped, the hostile model id is still shown.
+  EXPECT_NE(html.find(EscapeHtml(kScriptModelId)), std::string::npos);
+}
+
+TEST_P(HtmlReportTest, ScriptDataParsesBackToEveryCase) {
+  const Report report = MakeReport();
+  const std::string data = ScriptData(ReportToHtml(report));
+  ASSERT_FALSE(data.empty());
+  for (char c : std::string("<>&")) EXPECT_EQ(data.find(c), std::string::npos) << c;
+  const nlohmann::json json = nlohmann::json::parse(data);
+  ASSERT_EQ(json["cases"].size(), report.cases.size());
+  std::map<std::string, size_t> field;
+  for (size_t i = 0; i < json["fields"].size(); ++i) field[json["fields"][i]] = i;
+  bool saw_script_end = false, saw_replacement = false, saw_separator = false;
+  for (const auto& row : json["cases"]) {
+    const std::string error = row[field["error"]];
+    saw_script_end |= error == kScriptEndError;
+    saw_replacement |= error.find("bad bytes \xEF\xBF\xBD") == 0;
+    saw_separator |= row[field["summary"]] == kLineSeparatorSummary;
+  }
+  EXPECT_TRUE(saw_script_end);
+  EXPECT_TRUE(saw_replacement);
+  EXPECT_TRUE(saw_separator);
+}
+
+TEST_P(HtmlReportTest, ReferencesNothingOutsideTheFile) {
+  const std::string html = ReportToHtml(MakeReport());
+  for (const char* reference :
+       {"http://", "https://", "//cdn", "<link", "<img", "<iframe", " src=", "url(", "@import", "@font-face"}) {
+    EXPECT_EQ(html.find(reference), std::string::npos) << reference;
+  }
+  EXPECT_NE(html.find("default-src 'none'"), std::string::npos);
+}
+
+TEST_P(HtmlReportTest, HasNoInlineEventHandlers) {
+  const std::string html = ReportToHtml(MakeReport());
+  EXPECT_FALSE(std::regex_search(html, std::regex(R"(<[^>]*\son[a-z]+\s*=)", std::regex::icase)));
+  EXPECT_EQ(html.find("javascript:"), std::string::npos);
+}
+
+TEST_P(HtmlReportTest, ListsEveryRegressionWithItsRepro) {
+  const Report report = MakeReport();
+  const std::string html = ReportToHtml(report);
+  const size_t section = html.find("<section id=\"regressions\">");
+  const std::string regressions = html.substr(section, html.find("</section>", section) - section);
+  for (const CaseEntry& c : report.cases) {
+    if (c.repro.empty()) continue;  // removed cases
+    const bool regression =
+        c.change == Change::kNewFailure || c.change == Change::kDrift || c.change == Change::kPerfRegression;
+    EXPECT_EQ(regressions.find(EscapeHtml(c.repro)) != std::string::npos, regression) << c.key;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HtmlReportTest, ::testing::Values("small", "realistic"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(HtmlReport, OutlineMatchesGolden) {
+  const std::string outline = Outline(ReportToHtml(testing::SmallReport()));
+  const std::string golden_path = std::string(COVERAGE_SOURCE_DIR) + "/tests/reports/golden/report_outline.txt";
+  const char* update = std::getenv("COVERAGE_UPDATE_GOLDEN");
+  if (update != nullptr && std::string(update) == "1") {
+    std::ofstream(golden_path, std::ios::binary) << outline;
+    GTEST_SKIP() << "rewrote " << golden_path;
+  }
+  EXPECT_EQ(outline, ReadFile(golden_path))
+      << "the report's structure changed; if on purpose, rerun with COVERAGE_UPDATE_GOLDEN=1 and review the diff of "
+      << golden_path;
+}
+
+TEST(HtmlReport, EmptyReportStillHasEverySection) {
+  Report report;
+  report.title = "coverage: nothing";
+  const std::string html = ReportToHtml(report);
+  for (const char* id : {"summary", "regressions", "matrix", "charts", "models", "blockers", "cases"}) {
+    EXPECT_NE(html.find(std::string("<section id=\"") + id + "\">"), std::string::npos) << id;
+  }
+  EXPECT_NE(html.find("No baseline"), std::string::npos);
+  EXPECT_NE(html.find("0 of 0 cases"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(ScriptData(html))["cases"].size(), 0u);
+}
+
+TEST(HtmlReport, ThirtyThousandCasesStayCompact) {
+  const Report report = testing::RealisticReport(30000, 20);
+  const std::string html = ReportToHtml(report);
+  // The case table is drawn from the data block, not written as rows.
+  EXPECT_LT(Occurrences(html, "<tr"), 2000u);
+  EXPECT_LT(html.size(), 30000u * 700u) << html.size() << " bytes";
+  EXPECT_EQ(nlohmann::json::parse(ScriptData(html))["cases"].size(), report.cases.size());
+}
+
+}  // namespace
+}  // namespace coverage::reports
