@@ -105,10 +105,12 @@ int64_t ChangeCount(const Report& report, Change change) {
   return it == report.changes.end() ? 0 : it->second;
 }
 
-// A pass rate as a background colour from red (0) to green (1).
-std::string RateColour(double rate) {
-  const double hue = 120.0 * std::clamp(rate, 0.0, 1.0);
-  return fmt::format("hsl({:.0f},65%,82%)", hue);
+// A pass rate as a colour from red (0) through yellow to green (1). Rates
+// are cubed first: backends pass most cases, and the difference between 80%
+// and 99% is the one to see.
+std::string RateColour(double rate, bool strong = false) {
+  const double hue = 120.0 * std::pow(std::clamp(rate, 0.0, 1.0), 3.0);
+  return fmt::format(fmt::runtime(strong ? "hsl({:.0f},60%,45%)" : "hsl({:.0f},65%,82%)"), hue);
 }
 
 // Stages in pipeline order, then any others by name.
@@ -387,11 +389,8 @@ void WriteFamilyChart(Out& out, const Report& report) {
         "<rect x=\"{:.0f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"{}\"/>"
         "<text x=\"{:.0f}\" y=\"{:.1f}\" class=\"rate\">{} ({}/{})</text></g>\n",
         E(f.name), f.passing, f.total, kLabel - 6, y + 13, E(Shorten(f.name, 28)), kLabel, y, kBarWidth, kRow - 4,
-        kLabel, y, kBarWidth * rate, kRow - 4,
-        rate >= 0.999 ? "#3a9d5d"
-        : rate >= 0.9 ? "#d9a520"
-                      : "#c94a3f",
-        kLabel + kBarWidth + 6, y + 13, Percent(rate), f.passing, f.total);
+        kLabel, y, kBarWidth * rate, kRow - 4, RateColour(rate, true), kLabel + kBarWidth + 6, y + 13, Percent(rate),
+        f.passing, f.total);
   }
   out += "</svg>\n";
   if (families.size() > shown) {
@@ -843,7 +842,8 @@ constexpr std::string_view kScript = R"js(
     if (!isFinite(n)) return String(v);
     if (field === 'attempts' || field === 'model_count') return String(n);
     if (field === 'warm_us' || field === 'baseline_warm_us') return n.toFixed(1);
-    return n.toPrecision(3);
+    const magnitude = Math.abs(n);
+    return magnitude !== 0 && (magnitude < 1e-3 || magnitude >= 1e5) ? n.toExponential(2) : String(+n.toPrecision(3));
   }
   function text(tag, content, className) {
     const node = document.createElement(tag);
