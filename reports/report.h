@@ -40,6 +40,8 @@ enum class Change {
   kUnchanged,
 };
 std::string_view ChangeName(Change change);  // "new_failure", "fixed", ...
+// What Report::Regressed() fails on: new_failure, drift, perf_regression.
+bool IsRegression(Change change);
 
 struct ReportOptions {
   std::vector<std::string> run_ids;           // the runs to report (at least one)
