@@ -285,17 +285,21 @@ CaseEntry CaseFromRow(const std::string& run_id, const std::vector<std::string>&
   return c;
 }
 
-Result<std::unordered_map<int64_t, CaseEntry>> LoadCases(Registry& registry, const std::string& run_id) {
+using CaseMap = std::unordered_map<int64_t, CaseEntry>;
+
+// The results of `run_id` by case id; none for "" (no baseline).
+Result<CaseMap> LoadCases(Registry& registry, const std::string& run_id) {
+  if (run_id.empty()) return CaseMap();
   COV_ASSIGN_OR_RETURN(QueryRows rows, registry.Query(kCaseQuery, {run_id}));
-  std::unordered_map<int64_t, CaseEntry> out;
+  CaseMap out;
   out.reserve(rows.rows.size());
   for (const auto& row : rows.rows) out.emplace(Integer(row[0]), CaseFromRow(run_id, row));
   return out;
 }
 
 // Provenance of every case with a result in either run, in one query.
-Status AddProvenance(Registry& registry, const std::string& run_id, const std::string& baseline_id,
-                     std::unordered_map<int64_t, CaseEntry>& now, std::unordered_map<int64_t, CaseEntry>& removed) {
+Status AddProvenance(Registry& registry, const std::string& run_id, const std::string& baseline_id, CaseMap& now,
+                     CaseMap& removed) {
   COV_ASSIGN_OR_RETURN(
       QueryRows rows,
       registry.Query("SELECT DISTINCT s.case_id, s.model_id, COALESCE(m.model_type, '') FROM case_sources s "
@@ -377,16 +381,14 @@ void Builder::DiffCase(CaseEntry& c, const CaseEntry& base) {
 }
 
 Status Builder::AddUnitRun(const RunInfo& run, const std::optional<RunInfo>& baseline) {
-  COV_ASSIGN_OR_RETURN(auto now, LoadCases(registry_, run.run_id));
-  std::unordered_map<int64_t, CaseEntry> before;
-  if (baseline) {
-    COV_ASSIGN_OR_RETURN(before, LoadCases(registry_, baseline->run_id));
-  }
-  std::unordered_map<int64_t, CaseEntry> removed;
+  const std::string baseline_id = baseline ? baseline->run_id : std::string();
+  COV_ASSIGN_OR_RETURN(CaseMap now, LoadCases(registry_, run.run_id));
+  COV_ASSIGN_OR_RETURN(const CaseMap before, LoadCases(registry_, baseline_id));
+  CaseMap removed;
   for (auto& [id, c] : before) {
     if (!now.count(id)) removed.emplace(id, c);
   }
-  COV_RETURN_IF_ERROR(AddProvenance(registry_, run.run_id, baseline ? baseline->run_id : "", now, removed));
+  COV_RETURN_IF_ERROR(AddProvenance(registry_, run.run_id, baseline_id, now, removed));
 
   for (auto& [id, c] : now) {
     const Judged j = JudgeCase(c, true);
