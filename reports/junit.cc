@@ -36,7 +36,8 @@ Kind KindOf(const std::string& verdict) {
 }
 
 std::string FirstLine(const std::string& text) {
-  const std::string line = text.substr(0, text.find('\n'));
+  std::string line = text.substr(0, text.find('\n'));
+  if (!line.empty() && line.back() == '\r') line.pop_back();
   return line.size() > 300 ? line.substr(0, 300) + "..." : line;
 }
 
