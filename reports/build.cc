@@ -1,3 +1,747 @@
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <iterator>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/outcome.h"
+#include "registry/registry.h"
 #include "reports/report.h"
 
-namespace coverage::reports {}  // namespace coverage::reports
+namespace coverage::reports {
+
+// Note [Run diffs]
+// Each result of a reported run is compared with the result of the same op
+// case (by case id) or model item (by model, stage and item; the profile may
+// differ) in that run's baseline. Failing and passing are judged on verdicts,
+// i.e. after the report's expectations are applied to both results, so a
+// known failure is never a new failure. "Fails" means the verdict is an
+// unexpected failure (core/outcome.h IsUnexpectedFailure) other than
+// unexpected_pass: an expectation that starts passing is reported through its
+// verdict, but it is not a regression.
+//
+//   no_baseline     the run has no baseline (none given, none found).
+//   new_case        the baseline has no result for it (whatever it does now).
+//   removed         the baseline has a result, the run has none.
+//   new_failure     fails now, did not in the baseline (passed, skipped, expected).
+//   fixed           failed in the baseline, does not now.
+//   still_failing   fails in both (the outcome may differ: "mismatch -> crash").
+// When the stored outcome is pass in both, the numbers are compared:
+//   drift           max_abs_err grew by drift_factor (now > factor * before)
+//                   and by drift_floor (now - before > floor).
+//   perf_*          d = warm - base_warm with |d| > perf_spreads * max(spread,
+//                   base spread) and |d| > perf_min_rel * base_warm and
+//                   |d| > perf_min_us; d > 0 is perf_regression, else
+//                   perf_improvement. Op cases only (model items have no spread).
+//   compile_change  the first-call overhead (first_call - warm, at least 0)
+//                   changed by compile_factor (max / min) and by
+//                   compile_min_us. Op cases only.
+//   unchanged       none of the above.
+// The main `change` is the most important that applies: new_failure > fixed >
+// still_failing > drift > perf_regression > compile_change >
+// perf_improvement > unchanged; the other drift/perf/compile findings go to
+// extra_changes, and change_detail says all of them in words with numbers.
+// Report::Regressed() is true for new_failure, drift and perf_regression.
+
+namespace {
+
+using registry::QueryRows;
+using registry::Registry;
+
+std::optional<double> Number(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str()) return std::nullopt;
+  return v;
+}
+
+int64_t Integer(const std::string& text) { return text.empty() ? 0 : std::strtoll(text.c_str(), nullptr, 10); }
+
+std::vector<std::string> Words(const std::string& text) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < text.size()) {
+    const size_t j = text.find(' ', i);
+    const size_t end = j == std::string::npos ? text.size() : j;
+    if (end > i) out.push_back(text.substr(i, end - i));
+    i = end + 1;
+  }
+  return out;
+}
+
+bool Fails(std::string_view verdict) {
+  auto o = OutcomeFromName(verdict);
+  return o && IsUnexpectedFailure(*o) && *o != Outcome::kUnexpectedPass;
+}
+
+// Passing for pass rates and the matrix: the op or model works, whether or not
+// an expectation said otherwise.
+bool Passes(std::string_view verdict) {
+  return verdict == "pass" || verdict == "expected_failure" || verdict == "unexpected_pass";
+}
+
+struct Judged {
+  std::string verdict;
+  const Expectation* expectation = nullptr;
+};
+
+// The verdict of `outcome` under the expectation covering its result (or none).
+Judged Judge(const std::string& outcome, const Expectation* e) {
+  if (e == nullptr) return {outcome, nullptr};
+  if (outcome == "pass") return {"unexpected_pass", e};
+  auto o = OutcomeFromName(outcome);
+  const bool listed = e->outcomes.empty() || std::find(e->outcomes.begin(), e->outcomes.end(), outcome) !=
+                                                 e->outcomes.end();
+  if (o && Fails(outcome) && *o != Outcome::kExpectedFailure && listed) return {"expected_failure", e};
+  return {outcome, e};
+}
+
+std::string NowUtc() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string ShellQuote(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+    return std::isalnum(c) || std::string_view("@%_+=:,./-").find(static_cast<char>(c)) != std::string_view::npos;
+  });
+  if (plain) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// ---- runs and baselines ----------------------------------------------------
+
+constexpr const char* kRunColumns =
+    "SELECT r.run_id, r.stage, r.backend, r.started_at, r.finished_at, r.host, r.git_revision, "
+    "r.libtorch_version, r.config_json, "
+    "(SELECT COUNT(*) FROM results x WHERE x.run_id = r.run_id) + "
+    "(SELECT COUNT(*) FROM model_results x WHERE x.run_id = r.run_id), "
+    "(SELECT MAX(shard_count) FROM run_shards s WHERE s.run_id = r.run_id), "
+    "(SELECT COUNT(*) FROM run_shards s WHERE s.run_id = r.run_id AND COALESCE(s.finished_at, '') <> '') "
+    "FROM runs r ";
+
+RunInfo RunFromRow(const std::vector<std::string>& row) {
+  RunInfo run{row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8]};
+  run.results = Integer(row[9]);
+  if (!row[10].empty()) run.shards = row[11] + " of " + row[10] + " shards finished";
+  return run;
+}
+
+Result<RunInfo> LoadRun(Registry& registry, const std::string& run_id) {
+  COV_ASSIGN_OR_RETURN(QueryRows rows, registry.Query(std::string(kRunColumns) + "WHERE r.run_id = ?1", {run_id}));
+  if (rows.rows.empty()) return Status::NotFound("no run '" + run_id + "' in the registry");
+  return RunFromRow(rows.rows[0]);
+}
+
+bool IsUnitStage(const RunInfo& run) { return run.stage == "unit"; }
+
+// The options that decide verdicts (Note [Run diffs]): results judged under
+// other ones are not comparable.
+nlohmann::json JudgingOptions(const RunInfo& run) {
+  nlohmann::json j = nlohmann::json::parse(run.config_json, nullptr, false);
+  const char* member = IsUnitStage(run) ? "replay" : "checks";
+  return j.is_object() && j.contains(member) ? j[member] : nlohmann::json();
+}
+
+// The last finished run of the same stage and backend, started before `run`,
+// judged with the same options; or the reason there is none.
+Result<std::pair<std::optional<RunInfo>, std::string>> FindBaseline(Registry& registry, const RunInfo& run) {
+  COV_ASSIGN_OR_RETURN(
+      QueryRows rows,
+      registry.Query(std::string(kRunColumns) +
+                         "WHERE r.stage = ?1 AND r.backend = ?2 AND COALESCE(r.finished_at, '') <> '' "
+                         "AND r.started_at < ?3 AND r.run_id <> ?4 ORDER BY r.started_at DESC, r.run_id DESC",
+                     {run.stage, run.backend, run.started_at, run.run_id}));
+  const nlohmann::json judging = JudgingOptions(run);
+  for (const auto& row : rows.rows) {
+    RunInfo candidate = RunFromRow(row);
+    if (JudgingOptions(candidate) == judging) return std::make_pair(std::optional<RunInfo>(candidate), std::string());
+  }
+  std::string why = "no finished " + run.stage + " run on " + run.backend + " started before it";
+  if (!rows.rows.empty()) {
+    why = std::to_string(rows.rows.size()) + " earlier finished " + run.stage + " run(s) on " + run.backend +
+          " were judged with other options (" + (IsUnitStage(run) ? "replay" : "checks") + ")";
+  }
+  return std::make_pair(std::optional<RunInfo>(), why);
+}
+
+// ---- diffs (Note [Run diffs]) -------------------------------------------------
+
+struct Finding {
+  Change change;
+  std::string detail;
+};
+
+int Priority(Change c) {
+  constexpr Change kOrder[] = {Change::kNewFailure, Change::kFixed,         Change::kStillFailing,
+                               Change::kDrift,      Change::kPerfRegression, Change::kCompileChange,
+                               Change::kPerfImprovement};
+  for (int i = 0; i < static_cast<int>(std::size(kOrder)); ++i) {
+    if (kOrder[i] == c) return i;
+  }
+  return 100;
+}
+
+std::optional<Finding> VerdictChange(const std::string& base_verdict, const std::string& verdict) {
+  const bool was = Fails(base_verdict), is = Fails(verdict);
+  const std::string words = base_verdict + " -> " + verdict;
+  if (!was && is) return Finding{Change::kNewFailure, words};
+  if (was && !is) return Finding{Change::kFixed, words};
+  if (was && is) return Finding{Change::kStillFailing, words};
+  return std::nullopt;
+}
+
+std::optional<Finding> Drift(std::optional<double> base, std::optional<double> now, const ReportOptions& o) {
+  if (!base || !now) return std::nullopt;
+  if (!(*now > o.drift_factor * *base && *now - *base > o.drift_floor)) return std::nullopt;
+  std::string ratio = *base > 0 ? fmt::format(" ({:.3g}x)", *now / *base) : std::string();
+  return Finding{Change::kDrift, fmt::format("max abs error {:.1e} -> {:.1e}{}", *base, *now, ratio)};
+}
+
+std::optional<Finding> Perf(const CaseEntry& c, const ReportOptions& o) {
+  if (!c.warm_us || !c.baseline_warm_us) return std::nullopt;
+  const double base = *c.baseline_warm_us, d = *c.warm_us - base;
+  const double spread = std::max(c.warm_spread_us.value_or(0), c.baseline_warm_spread_us.value_or(0));
+  const double size = std::abs(d);
+  if (!(size > o.perf_spreads * spread && size > o.perf_min_rel * base && size > o.perf_min_us)) return std::nullopt;
+  const std::string rel = base > 0 ? fmt::format(", {:+.0f}%", 100 * d / base) : std::string();
+  return Finding{d > 0 ? Change::kPerfRegression : Change::kPerfImprovement,
+                 fmt::format("warm {:.1f} us -> {:.1f} us ({}{}, spread {:.1f} us)", base, *c.warm_us,
+                             fmt::format("{:+.1f} us", d), rel, spread)};
+}
+
+std::optional<Finding> Compile(const CaseEntry& c, const ReportOptions& o) {
+  if (!c.first_call_us || !c.warm_us || !c.baseline_first_call_us || !c.baseline_warm_us) return std::nullopt;
+  const double before = std::max(0.0, *c.baseline_first_call_us - *c.baseline_warm_us);
+  const double now = std::max(0.0, *c.first_call_us - *c.warm_us);
+  const double lo = std::min(before, now), hi = std::max(before, now);
+  if (!(hi - lo > o.compile_min_us && hi >= o.compile_factor * lo)) return std::nullopt;
+  const std::string ratio = lo > 0 ? fmt::format(" ({:.3g}x)", now / before) : std::string();
+  return Finding{Change::kCompileChange,
+                 fmt::format("first-call overhead {:.0f} us -> {:.0f} us{}", before, now, ratio)};
+}
+
+// Sets change, change_detail and extra_changes from what was found.
+template <typename Entry>
+void ApplyFindings(Entry& entry, std::vector<Finding> findings) {
+  if (findings.empty()) {
+    entry.change = Change::kUnchanged;
+    return;
+  }
+  std::stable_sort(findings.begin(), findings.end(),
+                   [](const Finding& a, const Finding& b) { return Priority(a.change) < Priority(b.change); });
+  entry.change = findings[0].change;
+  entry.change_detail = findings[0].detail;
+  for (size_t i = 1; i < findings.size(); ++i) {
+    if constexpr (requires { entry.extra_changes; }) entry.extra_changes.emplace_back(ChangeName(findings[i].change));
+    entry.change_detail += "; " + findings[i].detail;
+  }
+}
+
+// ---- unit runs -------------------------------------------------------------
+
+constexpr const char* kCaseQuery =
+    "SELECT r.case_id, c.key, c.op || CASE WHEN c.overload = '' THEN '' ELSE '.' || c.overload END, c.summary, "
+    "TRIM(c.dtypes), r.outcome, r.error, r.max_abs_err, r.max_rel_err, r.mismatch_frac, r.cosine, r.error_ratio, "
+    "r.first_call_us, r.warm_us, r.warm_spread_us, r.attempts, r.flaky, r.attempt_outcomes, r.counters_json "
+    "FROM results r JOIN op_cases c ON c.case_id = r.case_id WHERE r.run_id = ?1";
+
+CaseEntry CaseFromRow(const std::string& run_id, const std::vector<std::string>& row) {
+  CaseEntry c;
+  c.run_id = run_id;
+  c.key = row[1];
+  c.op = row[2];
+  c.summary = row[3];
+  c.dtypes = row[4];
+  c.outcome = row[5];
+  c.error = row[6];
+  c.max_abs_err = Number(row[7]);
+  c.max_rel_err = Number(row[8]);
+  c.mismatch_frac = Number(row[9]);
+  c.cosine = Number(row[10]);
+  c.error_ratio = Number(row[11]);
+  c.first_call_us = Number(row[12]);
+  c.warm_us = Number(row[13]);
+  c.warm_spread_us = Number(row[14]);
+  c.attempts = static_cast<int>(Integer(row[15]));
+  c.flaky = row[16] == "1";
+  c.attempt_outcomes = row[17];
+  c.counters_json = row[18];
+  return c;
+}
+
+using CaseMap = std::unordered_map<int64_t, CaseEntry>;
+
+// The results of `run_id` by case id; none for "" (no baseline).
+Result<CaseMap> LoadCases(Registry& registry, const std::string& run_id) {
+  if (run_id.empty()) return CaseMap();
+  COV_ASSIGN_OR_RETURN(QueryRows rows, registry.Query(kCaseQuery, {run_id}));
+  CaseMap out;
+  out.reserve(rows.rows.size());
+  for (const auto& row : rows.rows) out.emplace(Integer(row[0]), CaseFromRow(run_id, row));
+  return out;
+}
+
+// Provenance of every case with a result in either run, in one query.
+Status AddProvenance(Registry& registry, const std::string& run_id, const std::string& baseline_id, CaseMap& now,
+                     CaseMap& removed) {
+  COV_ASSIGN_OR_RETURN(
+      QueryRows rows,
+      registry.Query("SELECT DISTINCT s.case_id, s.model_id, COALESCE(m.model_type, '') FROM case_sources s "
+                     "LEFT JOIN models m ON m.id = s.model_id "
+                     "WHERE s.case_id IN (SELECT case_id FROM results WHERE run_id = ?1 OR run_id = ?2) "
+                     "ORDER BY s.case_id, s.model_id",
+                     {run_id, baseline_id}));
+  for (const auto& row : rows.rows) {
+    const int64_t id = Integer(row[0]);
+    auto it = now.find(id);
+    CaseEntry* c = it != now.end() ? &it->second : nullptr;
+    if (c == nullptr) {
+      auto r = removed.find(id);
+      if (r == removed.end()) continue;
+      c = &r->second;
+    }
+    if (c->models.empty() || c->models.back() != row[1]) c->models.push_back(row[1]);
+    if (!row[2].empty()) c->families.push_back(row[2]);
+  }
+  auto tidy = [](CaseEntry& c) {
+    std::sort(c.families.begin(), c.families.end());
+    c.families.erase(std::unique(c.families.begin(), c.families.end()), c.families.end());
+  };
+  for (auto& [id, c] : now) tidy(c);
+  for (auto& [id, c] : removed) tidy(c);
+  return Status::Ok();
+}
+
+class Builder {
+ public:
+  Builder(Registry& registry, const ReportOptions& options)
+      : registry_(registry), options_(options), matched_(options.expectations.entries.size(), 0) {}
+
+  Result<Report> Build();
+
+ private:
+  Judged JudgeCase(const CaseEntry& c, bool count) {
+    const Expectation* e = options_.expectations.MatchCase(c.op, c.key, Words(c.dtypes));
+    if (e != nullptr && count) ++matched_[e - options_.expectations.entries.data()];
+    return Judge(c.outcome, e);
+  }
+  Judged JudgeItem(const std::string& model_id, const ModelItemEntry& item, bool count) {
+    const Expectation* e = options_.expectations.MatchModelItem(item.stage, model_id, item.item);
+    if (e != nullptr && count) ++matched_[e - options_.expectations.entries.data()];
+    return Judge(item.outcome, e);
+  }
+
+  Status AddUnitRun(const RunInfo& run, const std::optional<RunInfo>& baseline);
+  Status AddModelRun(const RunInfo& run, const std::optional<RunInfo>& baseline);
+  void DiffCase(CaseEntry& c, const CaseEntry& base);
+  void Finish();
+
+  Registry& registry_;
+  const ReportOptions& options_;
+  std::vector<int64_t> matched_;  // per expectation: results it covered
+  Report report_;
+  std::map<std::string, ModelEntry> models_;
+};
+
+void SetBaseline(CaseEntry& c, const CaseEntry& base) {
+  c.baseline_run_id = base.run_id;
+  c.baseline_outcome = base.outcome;
+  c.baseline_max_abs_err = base.max_abs_err;
+  c.baseline_first_call_us = base.first_call_us;
+  c.baseline_warm_us = base.warm_us;
+  c.baseline_warm_spread_us = base.warm_spread_us;
+}
+
+void Builder::DiffCase(CaseEntry& c, const CaseEntry& base) {
+  SetBaseline(c, base);
+  std::vector<Finding> findings;
+  if (auto f = VerdictChange(JudgeCase(base, false).verdict, c.verdict)) findings.push_back(*f);
+  if (c.outcome == "pass" && base.outcome == "pass") {
+    for (auto f : {Drift(base.max_abs_err, c.max_abs_err, options_), Perf(c, options_), Compile(c, options_)}) {
+      if (f) findings.push_back(*f);
+    }
+  }
+  ApplyFindings(c, std::move(findings));
+}
+
+Status Builder::AddUnitRun(const RunInfo& run, const std::optional<RunInfo>& baseline) {
+  const std::string baseline_id = baseline ? baseline->run_id : std::string();
+  COV_ASSIGN_OR_RETURN(CaseMap now, LoadCases(registry_, run.run_id));
+  COV_ASSIGN_OR_RETURN(const CaseMap before, LoadCases(registry_, baseline_id));
+  CaseMap removed;
+  for (auto& [id, c] : before) {
+    if (!now.count(id)) removed.emplace(id, c);
+  }
+  COV_RETURN_IF_ERROR(AddProvenance(registry_, run.run_id, baseline_id, now, removed));
+
+  for (auto& [id, c] : now) {
+    const Judged j = JudgeCase(c, true);
+    c.verdict = j.verdict;
+    if (j.expectation) c.expectation = j.expectation->reason;
+    if (!baseline) {
+      c.change = Change::kNoBaseline;
+    } else if (auto b = before.find(id); b == before.end()) {
+      c.change = Change::kNewCase;
+    } else {
+      DiffCase(c, b->second);
+    }
+    report_.cases.push_back(std::move(c));
+  }
+  for (auto& [id, base] : removed) {
+    CaseEntry c;  // the case as it was; nothing of this run
+    c.key = base.key;
+    c.op = base.op;
+    c.summary = base.summary;
+    c.dtypes = base.dtypes;
+    c.models = base.models;
+    c.families = base.families;
+    SetBaseline(c, base);
+    c.change = Change::kRemoved;
+    c.change_detail = "in " + base.run_id + " (" + base.outcome + "), not in " + run.run_id;
+    report_.cases.push_back(std::move(c));
+  }
+  return Status::Ok();
+}
+
+// ---- model-level runs --------------------------------------------------------
+
+using ItemKey = std::tuple<std::string, std::string, std::string>;  // model, stage, item
+
+Result<std::map<ItemKey, ModelItemEntry>> LoadItems(Registry& registry, const std::string& run_id,
+                                                     std::vector<ItemKey>* order,
+                                                     std::map<std::string, std::string>* families) {
+  COV_ASSIGN_OR_RETURN(
+      QueryRows rows,
+      registry.Query("SELECT model_id, profile, stage, item, outcome, error, blocked_by, family, max_abs_err, "
+                     "max_rel_err, cosine, error_ratio, seconds, attempts, flaky FROM model_results "
+                     "WHERE run_id = ?1 ORDER BY rowid",
+                     {run_id}));
+  std::map<ItemKey, ModelItemEntry> out;
+  for (const auto& row : rows.rows) {
+    ModelItemEntry e;
+    e.run_id = run_id;
+    e.profile = row[1];
+    e.stage = row[2];
+    e.item = row[3];
+    e.outcome = row[4];
+    e.error = row[5];
+    e.blocked_by = row[6];
+    e.max_abs_err = Number(row[8]);
+    e.max_rel_err = Number(row[9]);
+    e.cosine = Number(row[10]);
+    e.error_ratio = Number(row[11]);
+    e.seconds = Number(row[12]).value_or(0);
+    e.attempts = static_cast<int>(Integer(row[13]));
+    e.flaky = row[14] == "1";
+    ItemKey key{row[0], row[2], row[3]};
+    if (order) order->push_back(key);
+    if (families && !row[7].empty()) families->emplace(row[0], row[7]);
+    out.emplace(std::move(key), std::move(e));
+  }
+  return out;
+}
+
+Status Builder::AddModelRun(const RunInfo& run, const std::optional<RunInfo>& baseline) {
+  std::vector<ItemKey> order;
+  std::map<std::string, std::string> families;
+  COV_ASSIGN_OR_RETURN(auto now, LoadItems(registry_, run.run_id, &order, &families));
+  std::map<ItemKey, ModelItemEntry> before;
+  if (baseline) {
+    COV_ASSIGN_OR_RETURN(before, LoadItems(registry_, baseline->run_id, nullptr, &families));
+  }
+
+  for (const ItemKey& key : order) {
+    const auto& [model_id, stage, item_name] = key;
+    ModelItemEntry item = std::move(now.at(key));
+    const Judged j = JudgeItem(model_id, item, true);
+    item.verdict = j.verdict;
+    if (j.expectation) item.expectation = j.expectation->reason;
+    if (!baseline) {
+      item.change = Change::kNoBaseline;
+    } else if (auto b = before.find(key); b == before.end()) {
+      item.change = Change::kNewCase;
+    } else {
+      item.baseline_outcome = b->second.outcome;
+      std::vector<Finding> findings;
+      if (auto f = VerdictChange(JudgeItem(model_id, b->second, false).verdict, item.verdict)) findings.push_back(*f);
+      if (item.outcome == "pass" && b->second.outcome == "pass") {
+        if (auto f = Drift(b->second.max_abs_err, item.max_abs_err, options_)) findings.push_back(*f);
+      }
+      ApplyFindings(item, std::move(findings));
+      before.erase(b);
+    }
+    ModelEntry& model = models_[model_id];
+    model.model_id = model_id;
+    model.items.push_back(std::move(item));
+  }
+  for (auto& [key, base] : before) {  // what is left was not run this time
+    ModelItemEntry item;
+    item.stage = base.stage;
+    item.item = base.item;
+    item.profile = base.profile;
+    item.baseline_outcome = base.outcome;
+    item.change = Change::kRemoved;
+    item.change_detail = "in " + baseline->run_id + " (" + base.outcome + "), not in " + run.run_id;
+    ModelEntry& model = models_[std::get<0>(key)];
+    model.model_id = std::get<0>(key);
+    model.items.push_back(std::move(item));
+  }
+  for (auto& [id, family] : families) {
+    auto m = models_.find(id);
+    if (m != models_.end() && m->second.family.empty()) m->second.family = family;
+  }
+  return Status::Ok();
+}
+
+// ---- what follows from all runs ------------------------------------------------
+
+// The verdict standing for a model's stage: its first failing item, else
+// skipped if an item was, else unexpected_pass, else expected_failure, else pass.
+std::string StageVerdict(const std::vector<const ModelItemEntry*>& items) {
+  for (const auto* i : items) {
+    if (Fails(i->verdict)) return i->verdict;
+  }
+  for (const char* v : {"skipped", "unexpected_pass", "expected_failure"}) {
+    for (const auto* i : items) {
+      if (i->verdict == v) return v;
+    }
+  }
+  return "pass";
+}
+
+int StageRank(const std::string& stage) {
+  constexpr std::string_view kStages[] = {"unit", "module", "model", "train"};
+  for (int i = 0; i < 4; ++i) {
+    if (kStages[i] == stage) return i;
+  }
+  return 4;
+}
+
+void Builder::Finish() {
+  Report& r = report_;
+  // Models: stage verdicts and whether they fail.
+  std::set<std::string> failing_models;
+  for (auto& [id, model] : models_) {
+    std::map<std::string, std::vector<const ModelItemEntry*>> by_stage;
+    for (const auto& item : model.items) {
+      if (item.change != Change::kRemoved) by_stage[item.stage].push_back(&item);
+    }
+    for (const auto& [stage, items] : by_stage) model.stage_verdict[stage] = StageVerdict(items);
+    model.failing = std::any_of(model.items.begin(), model.items.end(),
+                                [](const ModelItemEntry& i) { return Fails(i.verdict); });
+    if (model.failing) failing_models.insert(id);
+  }
+
+  // Root cause and blockers: failing op cases of reported unit runs, traced
+  // through provenance to the failing models that captured them.
+  for (const CaseEntry& c : r.cases) {
+    if (c.change == Change::kRemoved || !Fails(c.verdict)) continue;
+    Blocker b{c.key, c.op, c.summary, c.verdict, {}};
+    for (const std::string& m : c.models) {
+      if (!failing_models.count(m)) continue;
+      models_[m].failing_cases.push_back(c.key);
+      b.models.push_back(m);
+    }
+    if (!b.models.empty()) r.blockers.push_back(std::move(b));
+  }
+  std::sort(r.blockers.begin(), r.blockers.end(), [](const Blocker& a, const Blocker& b) {
+    return std::make_tuple(-static_cast<int64_t>(a.models.size()), a.op, a.key) <
+           std::make_tuple(-static_cast<int64_t>(b.models.size()), b.op, b.key);
+  });
+  for (auto& [id, model] : models_) {
+    std::sort(model.failing_cases.begin(), model.failing_cases.end());
+    model.failing_cases.erase(std::unique(model.failing_cases.begin(), model.failing_cases.end()),
+                              model.failing_cases.end());
+  }
+
+  // Stage summaries and the stage x family matrix. Skipped results count in
+  // neither a pass rate's denominator nor a matrix cell: they were not judged.
+  std::map<std::string, StageSummary> stages;
+  auto count = [&](const std::string& stage, const std::string& verdict) {
+    StageSummary& s = stages[stage];
+    s.stage = stage;
+    ++s.verdicts[verdict];
+    ++s.total;
+  };
+  auto cell = [&](std::string family, const std::string& stage, const std::string& verdict) {
+    if (verdict == "skipped") return;
+    if (family.empty()) family = "unknown";
+    auto& [passing, total] = r.matrix[family][stage];
+    passing += Passes(verdict) ? 1 : 0;
+    ++total;
+  };
+  for (const CaseEntry& c : r.cases) {
+    if (c.change == Change::kRemoved) continue;
+    count("unit", c.verdict);
+    if (c.families.empty()) cell("", "unit", c.verdict);
+    for (const auto& f : c.families) cell(f, "unit", c.verdict);
+  }
+  for (const auto& [id, model] : models_) {
+    for (const auto& [stage, verdict] : model.stage_verdict) {
+      count(stage, verdict);
+      cell(model.family, stage, verdict);
+    }
+  }
+  for (auto& [name, s] : stages) {
+    int64_t passing = 0;
+    for (const auto& [v, n] : s.verdicts) passing += Passes(v) ? n : 0;
+    const int64_t judged = s.total - (s.verdicts.count("skipped") ? s.verdicts.at("skipped") : 0);
+    s.pass_rate = judged > 0 ? static_cast<double>(passing) / static_cast<double>(judged) : 0;
+    r.stages.push_back(s);
+  }
+  std::sort(r.stages.begin(), r.stages.end(),
+            [](const StageSummary& a, const StageSummary& b) { return StageRank(a.stage) < StageRank(b.stage); });
+
+  // Change counts, order, repro commands.
+  for (const CaseEntry& c : r.cases) ++r.changes[c.change];
+  for (const auto& [id, model] : models_) {
+    for (const auto& item : model.items) ++r.changes[item.change];
+  }
+  auto regression_rank = [](Change c) {
+    return c == Change::kNewFailure ? 0 : c == Change::kDrift ? 1 : c == Change::kPerfRegression ? 2 : 3;
+  };
+  std::sort(r.cases.begin(), r.cases.end(), [&](const CaseEntry& a, const CaseEntry& b) {
+    return std::make_tuple(regression_rank(a.change), std::cref(a.op), std::cref(a.key), std::cref(a.run_id)) <
+           std::make_tuple(regression_rank(b.change), std::cref(b.op), std::cref(b.key), std::cref(b.run_id));
+  });
+  const std::string registry_flag =
+      options_.registry_path.empty() ? std::string() : " --registry " + ShellQuote(options_.registry_path);
+  for (CaseEntry& c : r.cases) c.repro = "coverage" + registry_flag + " repro " + ShellQuote(c.key);
+
+  for (auto& [id, model] : models_) r.models.push_back(std::move(model));
+  std::stable_sort(r.models.begin(), r.models.end(),
+                   [](const ModelEntry& a, const ModelEntry& b) { return a.failing && !b.failing; });
+
+  for (size_t i = 0; i < matched_.size(); ++i) {
+    if (matched_[i] > 0) continue;
+    const Expectation& e = options_.expectations.entries[i];
+    r.warnings.push_back(fmt::format("expectation {} of {} ({}) matched no result: remove it or fix its fields",
+                                     i, options_.expectations.source, e.reason));
+  }
+}
+
+Result<Report> Builder::Build() {
+  if (options_.run_ids.empty()) return Status::InvalidArgument("a report needs at least one run id");
+  Report& r = report_;
+  r.registry_path = options_.registry_path;
+  r.generated_at = NowUtc();
+  for (const auto& id : options_.run_ids) {
+    COV_ASSIGN_OR_RETURN(RunInfo run, LoadRun(registry_, id));
+    r.runs.push_back(std::move(run));
+  }
+  std::vector<RunInfo> explicit_baselines;
+  for (const auto& id : options_.baseline_run_ids) {
+    COV_ASSIGN_OR_RETURN(RunInfo run, LoadRun(registry_, id));
+    explicit_baselines.push_back(std::move(run));
+  }
+  std::vector<bool> used(explicit_baselines.size(), false);
+
+  for (const RunInfo& run : r.runs) {
+    if (run.finished_at.empty()) {
+      r.warnings.push_back("run " + run.run_id + " is not finished" + (run.shards.empty() ? "" : " (" + run.shards + ")") +
+                           ": its results are partial");
+    }
+    if (!options_.expectations.backend.empty() && options_.expectations.backend != run.backend) {
+      r.warnings.push_back("expectations " + options_.expectations.source + " are for backend " +
+                           options_.expectations.backend + ", run " + run.run_id + " is on " + run.backend);
+    }
+    std::optional<RunInfo> baseline;
+    std::string why;
+    if (!explicit_baselines.empty()) {
+      for (size_t i = 0; i < explicit_baselines.size() && !baseline; ++i) {
+        if (explicit_baselines[i].stage != run.stage) continue;
+        baseline = explicit_baselines[i];
+        used[i] = true;
+      }
+      if (!baseline) why = "no baseline given has stage " + run.stage;
+    } else if (options_.find_baseline) {
+      COV_ASSIGN_OR_RETURN(auto found, FindBaseline(registry_, run));
+      baseline = std::move(found.first);
+      why = std::move(found.second);
+    } else {
+      why = "none given";
+    }
+    if (baseline) {
+      if (JudgingOptions(*baseline) != JudgingOptions(run)) {
+        r.warnings.push_back("baseline " + baseline->run_id + " of run " + run.run_id +
+                             " was judged with other options: differences may come from them");
+      }
+      r.baselines.push_back(*baseline);
+    } else {
+      r.warnings.push_back("no baseline for run " + run.run_id + ": " + why);
+    }
+    COV_RETURN_IF_ERROR(IsUnitStage(run) ? AddUnitRun(run, baseline) : AddModelRun(run, baseline));
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (!used[i]) {
+      r.warnings.push_back("baseline " + explicit_baselines[i].run_id + " (stage " + explicit_baselines[i].stage +
+                           ") matches no reported run");
+    }
+  }
+
+  std::set<std::string> backends;
+  std::string ids;
+  for (const RunInfo& run : r.runs) {
+    backends.insert(run.backend);
+    ids += " " + run.run_id;
+  }
+  std::string backend;
+  for (const auto& b : backends) backend += (backend.empty() ? "" : ",") + b;
+  r.title = options_.title.empty() ? "coverage: " + backend + ids : options_.title;
+  Finish();
+  return std::move(report_);
+}
+
+}  // namespace
+
+std::string_view ChangeName(Change change) {
+  switch (change) {
+    case Change::kNoBaseline: return "no_baseline";
+    case Change::kNewCase: return "new_case";
+    case Change::kRemoved: return "removed";
+    case Change::kNewFailure: return "new_failure";
+    case Change::kFixed: return "fixed";
+    case Change::kStillFailing: return "still_failing";
+    case Change::kDrift: return "drift";
+    case Change::kPerfRegression: return "perf_regression";
+    case Change::kPerfImprovement: return "perf_improvement";
+    case Change::kCompileChange: return "compile_change";
+    case Change::kUnchanged: return "unchanged";
+  }
+  return "unknown";
+}
+
+bool IsRegression(Change change) {
+  return change == Change::kNewFailure || change == Change::kDrift || change == Change::kPerfRegression;
+}
+
+bool Report::Regressed() const {
+  return std::any_of(changes.begin(), changes.end(), [](const auto& c) { return IsRegression(c.first) && c.second > 0; });
+}
+
+int64_t Report::CountOf(Change change) const {
+  auto it = changes.find(change);
+  return it == changes.end() ? 0 : it->second;
+}
+
+Result<Report> BuildReport(registry::Registry& registry, const ReportOptions& options) {
+  return Builder(registry, options).Build();
+}
+
+}  // namespace coverage::reports

@@ -1,3 +1,105 @@
+// ReportToJson: the machine-readable summary of a Report, for CI and
+// dashboards. The full per-case detail is in the HTML report and the registry.
+#include <nlohmann/json.hpp>
+
+#include "core/json_double.h"
 #include "reports/report.h"
 
-namespace coverage::reports {}  // namespace coverage::reports
+namespace coverage::reports {
+namespace {
+
+using nlohmann::json;
+
+json RunToJson(const RunInfo& run) {
+  json j = {{"run_id", run.run_id},
+            {"stage", run.stage},
+            {"backend", run.backend},
+            {"started_at", run.started_at},
+            {"finished_at", run.finished_at},
+            {"host", run.host},
+            {"git_revision", run.git_revision},
+            {"libtorch_version", run.libtorch_version},
+            {"results", run.results}};
+  if (!run.shards.empty()) j["shards"] = run.shards;
+  return j;
+}
+
+json Optional(const std::optional<double>& v) { return v ? DoubleToJson(*v) : json(); }
+
+}  // namespace
+
+std::string ReportToJson(const Report& report) {
+  json j;
+  j["title"] = report.title;
+  j["generated_at"] = report.generated_at;
+  j["registry"] = report.registry_path;
+  j["regressed"] = report.Regressed();
+  j["runs"] = json::array();
+  for (const auto& run : report.runs) j["runs"].push_back(RunToJson(run));
+  j["baselines"] = json::array();
+  for (const auto& run : report.baselines) j["baselines"].push_back(RunToJson(run));
+
+  j["stages"] = json::array();
+  for (const auto& s : report.stages) {
+    j["stages"].push_back({{"stage", s.stage}, {"total", s.total}, {"pass_rate", DoubleToJson(s.pass_rate)},
+                           {"verdicts", s.verdicts}});
+  }
+  j["changes"] = json::object();
+  for (const auto& [change, n] : report.changes) j["changes"][std::string(ChangeName(change))] = n;
+
+  j["regressions"] = json::array();
+  for (const auto& c : report.cases) {
+    if (!IsRegression(c.change)) continue;
+    j["regressions"].push_back({{"run_id", c.run_id},
+                                {"key", c.key},
+                                {"op", c.op},
+                                {"summary", c.summary},
+                                {"change", ChangeName(c.change)},
+                                {"detail", c.change_detail},
+                                {"extra_changes", c.extra_changes},
+                                {"verdict", c.verdict},
+                                {"baseline_outcome", c.baseline_outcome},
+                                {"max_abs_err", Optional(c.max_abs_err)},
+                                {"warm_us", Optional(c.warm_us)},
+                                {"repro", c.repro}});
+  }
+  j["model_regressions"] = json::array();
+  for (const auto& m : report.models) {
+    for (const auto& item : m.items) {
+      if (!IsRegression(item.change)) continue;
+      j["model_regressions"].push_back({{"run_id", item.run_id},
+                                        {"model", m.model_id},
+                                        {"stage", item.stage},
+                                        {"item", item.item},
+                                        {"change", ChangeName(item.change)},
+                                        {"detail", item.change_detail},
+                                        {"verdict", item.verdict},
+                                        {"baseline_outcome", item.baseline_outcome},
+                                        {"error", item.error}});
+    }
+  }
+
+  j["blockers"] = json::array();
+  for (const auto& b : report.blockers) {
+    j["blockers"].push_back(
+        {{"key", b.key}, {"op", b.op}, {"summary", b.summary}, {"verdict", b.verdict}, {"models", b.models}});
+  }
+  j["models_failing"] = json::array();
+  for (const auto& m : report.models) {
+    if (!m.failing) continue;
+    j["models_failing"].push_back({{"model", m.model_id},
+                                   {"family", m.family},
+                                   {"stages", m.stage_verdict},
+                                   {"failing_cases", m.failing_cases}});
+  }
+  j["matrix"] = json::object();
+  for (const auto& [family, stages] : report.matrix) {
+    for (const auto& [stage, cell] : stages) {
+      j["matrix"][family][stage] = {{"passing", cell.first}, {"total", cell.second}};
+    }
+  }
+  j["warnings"] = report.warnings;
+  return DumpJson(j);
+}
+
+}  // namespace coverage::reports

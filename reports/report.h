@@ -40,6 +40,8 @@ enum class Change {
   kUnchanged,
 };
 std::string_view ChangeName(Change change);  // "new_failure", "fixed", ...
+// What Report::Regressed() fails on: new_failure, drift, perf_regression.
+bool IsRegression(Change change);
 
 struct ReportOptions {
   std::vector<std::string> run_ids;           // the runs to report (at least one)
@@ -131,14 +133,15 @@ struct StageSummary {
   std::string stage;                          // unit, module, model, train
   std::map<std::string, int64_t> verdicts;    // verdict -> count (cases for unit, models for the others)
   int64_t total = 0;
-  double pass_rate = 0;                       // pass (+ expected_failure) / (total - skipped)
+  double pass_rate = 0;                       // pass (+ expected_failure, unexpected_pass) / (total - skipped)
 };
 
 struct Report {
   std::string title, generated_at, registry_path;
   std::vector<RunInfo> runs, baselines;
   std::vector<StageSummary> stages;
-  // family -> stage -> (passing, total): the stage x family matrix.
+  // family -> stage -> (passing, total): the stage x family matrix; skipped
+  // results are not counted (total is what was judged).
   std::map<std::string, std::map<std::string, std::pair<int64_t, int64_t>>> matrix;
   std::vector<CaseEntry> cases;    // regressions first (new failures, drift, perf), then the rest by op and key
   std::vector<ModelEntry> models;  // failing first, then by id

@@ -1,1 +1,625 @@
+// BuildReport over hand-built registries: baselines, every Change of op cases
+// and model items (Note [Run diffs] in reports/build.cc), expectations, root
+// cause and blockers, stage summaries and the stage x family matrix. Also
+// Expectations::FromJson and its matching.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <tuple>
+#include <memory>
+
 #include <gtest/gtest.h>
+
+#include "registry/registry.h"
+#include "reports/report.h"
+#include "tests/support/case_builder.h"
+#include "tests/support/temp_dir.h"
+
+namespace coverage::reports {
+namespace {
+
+using registry::ModelResultRecord;
+using registry::Registry;
+using registry::ResultRecord;
+using testing::AddCase;
+using testing::MmCase;
+using testing::TempDir;
+
+constexpr const char* kReplay = R"({"replay":{"golden":"auto","seed":0}})";
+constexpr const char* kChecks = R"({"checks":{"golden":"auto","seed":0,"lr":0.001}})";
+
+// Numbers of a result, all optional.
+struct Numbers {
+  std::optional<double> err, warm, spread, first;
+};
+
+class ReportBuild : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = Registry::Open(dir_.File("registry.db"));
+    ASSERT_TRUE(r) << r.error().ToString();
+    reg_ = std::move(*r);
+  }
+
+  void Model(const std::string& id, const std::string& type) {
+    ASSERT_TRUE(reg_->UpsertModel({id, type, "test", ""}).ok());
+  }
+  // Stores the case with provenance from `models`; returns its case id.
+  int64_t Case(const OpCase& c, const std::vector<std::string>& models = {}) {
+    auto id = reg_->UpsertCase(c, {});
+    EXPECT_TRUE(id) << id.error().ToString();
+    for (const auto& m : models) {
+      registry::CaseSource s;
+      s.model_id = m;
+      s.module_path = "layers.0";
+      s.profile = "prefill";
+      EXPECT_TRUE(reg_->AddCaseSource(*id, s).ok());
+    }
+    keys_[*id] = c.Key();
+    return *id;
+  }
+  void Run(const std::string& id, const std::string& stage, const std::string& started, bool finished = true,
+           const std::string& backend = "sim", const std::string& config = "") {
+    registry::RunRecord run;
+    run.run_id = id;
+    run.stage = stage;
+    run.backend = backend;
+    run.started_at = started;
+    run.config_json = !config.empty() ? config : stage == "unit" ? kReplay : kChecks;
+    bool resumed = false;
+    ASSERT_TRUE(reg_->CreateOrResumeRun(run, &resumed));
+    if (finished) {
+      ASSERT_TRUE(reg_->FinishRun(id, started + "+1h").ok());
+    }
+  }
+  void Record(const std::string& run, int64_t case_id, Outcome outcome, Numbers n = {}, const std::string& error = "") {
+    ResultRecord r;
+    r.run_id = run;
+    r.case_id = case_id;
+    r.outcome = outcome;
+    r.error = error;
+    r.max_abs_err = n.err;
+    r.warm_us = n.warm;
+    r.warm_spread_us = n.spread;
+    r.first_call_us = n.first;
+    ASSERT_TRUE(reg_->RecordResult(r).ok());
+  }
+  // Items of one (run, model, stage): {item, outcome, max_abs_err}.
+  void Stage(const std::string& run, const std::string& model, const std::string& stage,
+             const std::vector<std::tuple<std::string, Outcome, std::optional<double>>>& items,
+             const std::string& family = "decoder") {
+    std::vector<ModelResultRecord> records;
+    for (const auto& [item, outcome, err] : items) {
+      ModelResultRecord r;
+      r.run_id = run;
+      r.model_id = model;
+      r.profile = "prefill";
+      r.stage = stage;
+      r.item = item;
+      r.outcome = outcome;
+      r.family = family;
+      r.max_abs_err = err;
+      records.push_back(r);
+    }
+    ASSERT_TRUE(reg_->RecordModelStage(run, model, "prefill", stage, records).ok());
+  }
+
+  Report Build(ReportOptions options) {
+    auto report = BuildReport(*reg_, options);
+    EXPECT_TRUE(report) << report.error().ToString();
+    return report ? *report : Report();
+  }
+  Report Build(const std::vector<std::string>& runs) {
+    ReportOptions o;
+    o.run_ids = runs;
+    o.registry_path = "/data/my registry.db";
+    return Build(o);
+  }
+  const CaseEntry& Entry(const Report& report, int64_t case_id) {
+    for (const auto& c : report.cases) {
+      if (c.key == keys_.at(case_id)) return c;
+    }
+    ADD_FAILURE() << "no case " << case_id << " in the report";
+    static const CaseEntry kNone;
+    return kNone;
+  }
+  static const ModelEntry& ModelOf(const Report& report, const std::string& id) {
+    for (const auto& m : report.models) {
+      if (m.model_id == id) return m;
+    }
+    ADD_FAILURE() << "no model " << id << " in the report";
+    static const ModelEntry kNone;
+    return kNone;
+  }
+  static const ModelItemEntry& ItemOf(const Report& report, const std::string& model, const std::string& stage,
+                                      const std::string& item) {
+    for (const auto& i : ModelOf(report, model).items) {
+      if (i.stage == stage && i.item == item) return i;
+    }
+    ADD_FAILURE() << "no item " << stage << ":" << item << " of " << model;
+    static const ModelItemEntry kNone;
+    return kNone;
+  }
+  static bool HasWarning(const Report& report, const std::string& part) {
+    return std::any_of(report.warnings.begin(), report.warnings.end(),
+                       [&](const std::string& w) { return w.find(part) != std::string::npos; });
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Registry> reg_;
+  std::map<int64_t, std::string> keys_;
+};
+
+TEST_F(ReportBuild, EveryChangeOfAnOpCase) {
+  const int64_t new_failure = Case(MmCase(1, 8, 8)), fixed = Case(MmCase(2, 8, 8)), still = Case(MmCase(3, 8, 8));
+  const int64_t new_case = Case(MmCase(4, 8, 8)), removed = Case(MmCase(5, 8, 8)), drift = Case(MmCase(6, 8, 8));
+  const int64_t slower = Case(MmCase(7, 8, 8)), faster = Case(MmCase(8, 8, 8)), compile = Case(MmCase(9, 8, 8));
+  const int64_t same = Case(MmCase(10, 8, 8)), both = Case(MmCase(11, 8, 8));
+  Run("base", "unit", "2026-01-01T00:00:00Z");
+  Run("now", "unit", "2026-01-02T00:00:00Z");
+  Record("base", new_failure, Outcome::kPass);
+  Record("now", new_failure, Outcome::kMismatch, {.err = 0.5}, "max abs error 0.5 > 1e-5");
+  Record("base", fixed, Outcome::kCrash);
+  Record("now", fixed, Outcome::kPass);
+  Record("base", still, Outcome::kMismatch);
+  Record("now", still, Outcome::kCrash);
+  Record("now", new_case, Outcome::kPass);
+  Record("base", removed, Outcome::kPass);
+  Record("base", drift, Outcome::kPass, {.err = 1e-5});
+  Record("now", drift, Outcome::kPass, {.err = 1e-3});
+  Record("base", slower, Outcome::kPass, {.warm = 100, .spread = 2});
+  Record("now", slower, Outcome::kPass, {.warm = 150, .spread = 2});
+  Record("base", faster, Outcome::kPass, {.warm = 100, .spread = 2});
+  Record("now", faster, Outcome::kPass, {.warm = 50, .spread = 2});
+  Record("base", compile, Outcome::kPass, {.warm = 100, .first = 2000});
+  Record("now", compile, Outcome::kPass, {.warm = 100, .first = 10100});
+  Record("base", same, Outcome::kPass, {.err = 1e-6, .warm = 100, .spread = 2, .first = 900});
+  Record("now", same, Outcome::kPass, {.err = 2e-6, .warm = 103, .spread = 2, .first = 1000});
+  Record("base", both, Outcome::kPass, {.err = 1e-5, .warm = 100, .spread = 2});
+  Record("now", both, Outcome::kPass, {.err = 1e-3, .warm = 150, .spread = 2});
+
+  const Report r = Build({"now"});
+  ASSERT_EQ(r.baselines.size(), 1u);
+  EXPECT_EQ(r.baselines[0].run_id, "base");
+  EXPECT_EQ(Entry(r, new_failure).change, Change::kNewFailure);
+  EXPECT_EQ(Entry(r, new_failure).change_detail, "pass -> mismatch");
+  EXPECT_EQ(Entry(r, fixed).change, Change::kFixed);
+  EXPECT_EQ(Entry(r, still).change, Change::kStillFailing);
+  EXPECT_EQ(Entry(r, still).change_detail, "mismatch -> crash");
+  EXPECT_EQ(Entry(r, new_case).change, Change::kNewCase);
+  EXPECT_EQ(Entry(r, removed).change, Change::kRemoved);
+  EXPECT_EQ(Entry(r, removed).run_id, "");
+  EXPECT_EQ(Entry(r, removed).baseline_outcome, "pass");
+  EXPECT_EQ(Entry(r, drift).change, Change::kDrift);
+  EXPECT_EQ(Entry(r, drift).change_detail, "max abs error 1.0e-05 -> 1.0e-03 (100x)");
+  EXPECT_EQ(Entry(r, slower).change, Change::kPerfRegression);
+  EXPECT_EQ(Entry(r, slower).change_detail, "warm 100.0 us -> 150.0 us (+50.0 us, +50%, spread 2.0 us)");
+  EXPECT_EQ(Entry(r, faster).change, Change::kPerfImprovement);
+  EXPECT_EQ(Entry(r, compile).change, Change::kCompileChange);
+  EXPECT_EQ(Entry(r, compile).change_detail, "first-call overhead 1900 us -> 10000 us (5.26x)");
+  EXPECT_EQ(Entry(r, same).change, Change::kUnchanged);
+  EXPECT_EQ(Entry(r, both).change, Change::kDrift);
+  EXPECT_EQ(Entry(r, both).extra_changes, std::vector<std::string>{"perf_regression"});
+  EXPECT_NE(Entry(r, both).change_detail.find("warm 100.0 us -> 150.0 us"), std::string::npos);
+  EXPECT_EQ(Entry(r, slower).baseline_warm_us, 100);
+
+  EXPECT_EQ(r.CountOf(Change::kNewFailure), 1);
+  EXPECT_EQ(r.CountOf(Change::kDrift), 2);
+  EXPECT_EQ(r.CountOf(Change::kRemoved), 1);
+  EXPECT_EQ(r.CountOf(Change::kNoBaseline), 0);
+  EXPECT_TRUE(r.Regressed());
+  // Regressions first (new failures, drift, perf), the rest by op and key.
+  EXPECT_EQ(r.cases[0].change, Change::kNewFailure);
+  EXPECT_EQ(r.cases[1].change, Change::kDrift);
+  EXPECT_EQ(r.cases[2].change, Change::kDrift);
+  EXPECT_EQ(r.cases[3].change, Change::kPerfRegression);
+  EXPECT_TRUE(std::is_sorted(r.cases.begin() + 4, r.cases.end(),
+                             [](const CaseEntry& a, const CaseEntry& b) { return a.key < b.key; }));
+}
+
+TEST_F(ReportBuild, SmallChangesAreNotReported) {
+  const int64_t tiny_errors = Case(MmCase(1, 8, 8)), noisy = Case(MmCase(2, 8, 8)), fast = Case(MmCase(3, 8, 8));
+  Run("base", "unit", "2026-01-01T00:00:00Z");
+  Run("now", "unit", "2026-01-02T00:00:00Z");
+  // 100x more error but under the 1e-6 floor; 50 us slower within 3 spreads of 20 us; 4 us slower on a 10 us op.
+  Record("base", tiny_errors, Outcome::kPass, {.err = 1e-9});
+  Record("now", tiny_errors, Outcome::kPass, {.err = 1e-7});
+  Record("base", noisy, Outcome::kPass, {.warm = 100, .spread = 20});
+  Record("now", noisy, Outcome::kPass, {.warm = 150, .spread = 5});
+  Record("base", fast, Outcome::kPass, {.warm = 10, .spread = 0});
+  Record("now", fast, Outcome::kPass, {.warm = 14, .spread = 0});
+  const Report r = Build({"now"});
+  EXPECT_EQ(Entry(r, tiny_errors).change, Change::kUnchanged);
+  EXPECT_EQ(Entry(r, noisy).change, Change::kUnchanged);
+  EXPECT_EQ(Entry(r, fast).change, Change::kUnchanged);
+  EXPECT_FALSE(r.Regressed());
+}
+
+TEST_F(ReportBuild, CaseCarriesItsOpDtypesProvenanceAndRepro) {
+  Model("org/llama-b", "llama");
+  Model("org/llama-a", "llama");
+  Model("org/bert", "bert");
+  const int64_t add = Case(AddCase({2, 3}), {"org/llama-b", "org/bert", "org/llama-a"});
+  Run("now", "unit", "2026-01-02T00:00:00Z");
+  Record("now", add, Outcome::kPass, {.err = 0.0});
+  const Report r = Build({"now"});
+  const CaseEntry& c = Entry(r, add);
+  EXPECT_EQ(c.op, "aten::add.Tensor");
+  EXPECT_EQ(c.dtypes, "f32");
+  EXPECT_EQ(c.summary, AddCase({2, 3}).Summary());
+  EXPECT_EQ(c.models, (std::vector<std::string>{"org/bert", "org/llama-a", "org/llama-b"}));
+  EXPECT_EQ(c.families, (std::vector<std::string>{"bert", "llama"}));
+  EXPECT_EQ(c.repro, "coverage --registry '/data/my registry.db' repro " + c.key);
+  EXPECT_EQ(c.run_id, "now");
+}
+
+TEST_F(ReportBuild, NoBaselineIsAWarningAndNoBaselineEverywhere) {
+  const int64_t mm = Case(MmCase(1, 8, 8));
+  Run("now", "unit", "2026-01-02T00:00:00Z");
+  Record("now", mm, Outcome::kMismatch);
+  const Report r = Build({"now"});
+  EXPECT_TRUE(r.baselines.empty());
+  EXPECT_EQ(Entry(r, mm).change, Change::kNoBaseline);
+  EXPECT_TRUE(HasWarning(r, "no baseline for run now")) << ::testing::PrintToString(r.warnings);
+  EXPECT_FALSE(r.Regressed());
+  EXPECT_EQ(r.title, "coverage: sim now");
+}
+
+TEST_F(ReportBuild, FoundBaselineIsTheLastFinishedRunJudgedTheSameWay) {
+  const int64_t mm = Case(MmCase(1, 8, 8));
+  Run("older", "unit", "2026-01-01T00:00:00Z");
+  Run("right", "unit", "2026-01-02T00:00:00Z");
+  Run("unfinished", "unit", "2026-01-03T00:00:00Z", /*finished=*/false);
+  Run("cpu", "unit", "2026-01-04T00:00:00Z", true, "cpu");
+  Run("other-seed", "unit", "2026-01-05T00:00:00Z", true, "sim", R"({"replay":{"golden":"auto","seed":7}})");
+  Run("module-run", "module", "2026-01-06T00:00:00Z");
+  Run("later", "unit", "2026-01-09T00:00:00Z");  // started after the reported run
+  Run("now", "unit", "2026-01-07T00:00:00Z");
+  for (const char* run : {"older", "right", "unfinished", "cpu", "other-seed", "later", "now"}) {
+    Record(run, mm, Outcome::kPass);
+  }
+  const Report r = Build({"now"});
+  ASSERT_EQ(r.baselines.size(), 1u);
+  EXPECT_EQ(r.baselines[0].run_id, "right");
+  EXPECT_EQ(Entry(r, mm).change, Change::kUnchanged);
+  EXPECT_EQ(Entry(r, mm).baseline_run_id, "right");
+}
+
+TEST_F(ReportBuild, NoBaselineWhenEveryEarlierRunWasJudgedDifferently) {
+  const int64_t mm = Case(MmCase(1, 8, 8));
+  Run("other-seed", "unit", "2026-01-01T00:00:00Z", true, "sim", R"({"replay":{"golden":"auto","seed":7}})");
+  Run("now", "unit", "2026-01-02T00:00:00Z");
+  Record("other-seed", mm, Outcome::kPass);
+  Record("now", mm, Outcome::kPass);
+  const Report r = Build({"now"});
+  EXPECT_TRUE(r.baselines.empty());
+  EXPECT_TRUE(HasWarning(r, "judged with other options (replay)")) << ::testing::PrintToString(r.warnings);
+}
+
+TEST_F(ReportBuild, ExplicitBaselineIsUsedWhateverItsOptions) {
+  const int64_t mm = Case(MmCase(1, 8, 8));
+  Run("chosen", "unit", "2026-01-01T00:00:00Z", true, "cpu");
+  Run("found", "unit", "2026-01-02T00:00:00Z");
+  Run("models", "module,model", "2026-01-02T00:00:00Z");
+  Run("now", "unit", "2026-01-03T00:00:00Z");
+  Record("chosen", mm, Outcome::kMismatch);
+  Record("found", mm, Outcome::kPass);
+  Record("now", mm, Outcome::kPass);
+  ReportOptions o;
+  o.run_ids = {"now"};
+  o.baseline_run_ids = {"models", "chosen"};
+  const Report r = Build(o);
+  ASSERT_EQ(r.baselines.size(), 1u);
+  EXPECT_EQ(r.baselines[0].run_id, "chosen");
+  EXPECT_EQ(Entry(r, mm).change, Change::kFixed);
+  EXPECT_TRUE(HasWarning(r, "baseline models (stage module,model) matches no reported run"));
+}
+
+TEST_F(ReportBuild, UnknownRunIsNotFound) {
+  ReportOptions o;
+  o.run_ids = {"nope"};
+  auto r = BuildReport(*reg_, o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(BuildReport(*reg_, ReportOptions{}));
+}
+
+TEST_F(ReportBuild, ShardedRunThatIsNotFinishedIsSaid) {
+  const int64_t mm = Case(MmCase(1, 8, 8));
+  Run("now", "unit", "2026-01-02T00:00:00Z", /*finished=*/false);
+  ASSERT_TRUE(reg_->StartShard("now", 0, 2, "a", "2026-01-02T00:00:00Z").ok());
+  ASSERT_TRUE(reg_->StartShard("now", 1, 2, "b", "2026-01-02T00:00:00Z").ok());
+  ASSERT_TRUE(reg_->FinishShard("now", 0, 2, "2026-01-02T01:00:00Z").ok());
+  Record("now", mm, Outcome::kPass);
+  const Report r = Build({"now"});
+  ASSERT_EQ(r.runs.size(), 1u);
+  EXPECT_EQ(r.runs[0].shards, "1 of 2 shards finished");
+  EXPECT_EQ(r.runs[0].results, 1);
+  EXPECT_TRUE(HasWarning(r, "run now is not finished (1 of 2 shards finished)"));
+}
+
+Expectations Parse(const std::string& json) {
+  auto e = Expectations::FromJson(json, "sim.json");
+  EXPECT_TRUE(e) << e.error().ToString();
+  return e ? *e : Expectations();
+}
+
+TEST_F(ReportBuild, ExpectedFailureIsNotARegressionButAnotherOutcomeIs) {
+  const int64_t expected = Case(MmCase(1, 8, 8)), other_outcome = Case(MmCase(2, 8, 8));
+  const int64_t starts_passing = Case(MmCase(3, 8, 8)), bf16 = Case(MmCase(4, 8, 8, DType::kBFloat16));
+  Run("base", "unit", "2026-01-01T00:00:00Z");
+  Run("now", "unit", "2026-01-02T00:00:00Z");
+  Record("base", expected, Outcome::kPass);
+  Record("now", expected, Outcome::kMismatch);
+  Record("base", other_outcome, Outcome::kPass);
+  Record("now", other_outcome, Outcome::kCrash);
+  Record("base", starts_passing, Outcome::kMismatch);
+  Record("now", starts_passing, Outcome::kPass);
+  Record("base", bf16, Outcome::kPass);
+  Record("now", bf16, Outcome::kPass);
+  ReportOptions o;
+  o.run_ids = {"now"};
+  o.expectations = Parse(R"({"backend": "sim", "expected_failures": [
+      {"op": "aten::mm", "dtype": "f32", "outcomes": ["mismatch"], "reason": "bf16 matmul numerics"},
+      {"op": "aten::conv2d", "reason": "not implemented"}]})");
+  const Report r = Build(o);
+  EXPECT_EQ(Entry(r, expected).verdict, "expected_failure");
+  EXPECT_EQ(Entry(r, expected).expectation, "bf16 matmul numerics");
+  EXPECT_EQ(Entry(r, expected).change, Change::kUnchanged);
+  EXPECT_EQ(Entry(r, other_outcome).verdict, "crash");
+  EXPECT_EQ(Entry(r, other_outcome).change, Change::kNewFailure);
+  EXPECT_EQ(Entry(r, starts_passing).verdict, "unexpected_pass");
+  EXPECT_EQ(Entry(r, starts_passing).change, Change::kUnchanged);
+  EXPECT_EQ(Entry(r, bf16).verdict, "pass");
+  EXPECT_EQ(r.CountOf(Change::kNewFailure), 1);
+  EXPECT_TRUE(HasWarning(r, "expectation 1 of sim.json (not implemented) matched no result"));
+  EXPECT_FALSE(HasWarning(r, "expectation 0"));
+}
+
+TEST_F(ReportBuild, ExpectedFailureAloneDoesNotRegress) {
+  const int64_t mm = Case(MmCase(1, 8, 8));
+  Run("base", "unit", "2026-01-01T00:00:00Z");
+  Run("now", "unit", "2026-01-02T00:00:00Z");
+  Record("base", mm, Outcome::kPass);
+  Record("now", mm, Outcome::kMismatch);
+  ReportOptions o;
+  o.run_ids = {"now"};
+  o.expectations = Parse(R"({"expected_failures": [{"key": ")" + keys_[mm] + R"(", "reason": "known"}]})");
+  EXPECT_FALSE(Build(o).Regressed());
+  o.expectations = {};
+  EXPECT_TRUE(Build(o).Regressed());
+}
+
+TEST_F(ReportBuild, EveryChangeOfAModelItem) {
+  Run("base", "module,model", "2026-01-01T00:00:00Z");
+  Run("now", "module,model", "2026-01-02T00:00:00Z");
+  Stage("base", "org/a", "module",
+        {{"attention", Outcome::kPass, 1e-5}, {"mlp", Outcome::kMismatch, 0.1}, {"norm", Outcome::kCrash, {}},
+         {"embedding", Outcome::kPass, 1e-5}, {"rope", Outcome::kPass, 1e-5}, {"gone", Outcome::kPass, 0.0}});
+  Stage("now", "org/a", "module",
+        {{"attention", Outcome::kMismatch, 0.2}, {"mlp", Outcome::kPass, 1e-6}, {"norm", Outcome::kError, {}},
+         {"embedding", Outcome::kPass, 1e-2}, {"rope", Outcome::kPass, 1e-5}, {"new", Outcome::kPass, 0.0}});
+  Stage("base", "org/b", "model", {{"forward", Outcome::kPass, 1e-4}}, "encoder");
+  const Report r = Build({"now"});
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "attention").change, Change::kNewFailure);
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "mlp").change, Change::kFixed);
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "norm").change, Change::kStillFailing);
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "norm").change_detail, "crash -> error");
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "embedding").change, Change::kDrift);
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "rope").change, Change::kUnchanged);
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "new").change, Change::kNewCase);
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "gone").change, Change::kRemoved);
+  EXPECT_EQ(ItemOf(r, "org/b", "model", "forward").change, Change::kRemoved);
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "attention").baseline_outcome, "pass");
+  const ModelEntry& a = ModelOf(r, "org/a");
+  EXPECT_TRUE(a.failing);
+  EXPECT_EQ(a.family, "decoder");
+  EXPECT_EQ(a.stage_verdict.at("module"), "mismatch");  // the first failing item
+  EXPECT_EQ(r.models.front().model_id, "org/a");        // failing first
+  EXPECT_EQ(r.CountOf(Change::kRemoved), 2);
+  EXPECT_TRUE(r.Regressed());
+}
+
+TEST_F(ReportBuild, ModelItemExpectationsUseTheModelGlob) {
+  Run("now", "train", "2026-01-02T00:00:00Z");
+  Stage("now", "Qwen/Qwen3-0.6B", "train", {{"train", Outcome::kNonFiniteMismatch, {}}});
+  Stage("now", "org/other", "train", {{"train", Outcome::kNonFiniteMismatch, {}}});
+  ReportOptions o;
+  o.run_ids = {"now"};
+  o.expectations = Parse(R"({"expected_failures": [{"stage": "train", "model": "Qwen/*", "reason": "bf16 loss"}]})");
+  const Report r = Build(o);
+  EXPECT_EQ(ItemOf(r, "Qwen/Qwen3-0.6B", "train", "train").verdict, "expected_failure");
+  EXPECT_EQ(ModelOf(r, "Qwen/Qwen3-0.6B").stage_verdict.at("train"), "expected_failure");
+  EXPECT_FALSE(ModelOf(r, "Qwen/Qwen3-0.6B").failing);
+  EXPECT_EQ(ItemOf(r, "org/other", "train", "train").verdict, "nonfinite_mismatch");
+  EXPECT_TRUE(ModelOf(r, "org/other").failing);
+}
+
+TEST_F(ReportBuild, StageVerdictIsFirstFailureElseSkippedElsePass) {
+  Run("now", "module", "2026-01-02T00:00:00Z");
+  Stage("now", "org/skips", "module", {{"attention", Outcome::kPass, 0.0}, {"mlp", Outcome::kSkipped, {}}});
+  Stage("now", "org/fails", "module",
+        {{"attention", Outcome::kPass, 0.0}, {"mlp", Outcome::kTimeout, {}}, {"norm", Outcome::kMismatch, 1.0},
+         {"rope", Outcome::kSkipped, {}}});
+  Stage("now", "org/passes", "module", {{"attention", Outcome::kPass, 0.0}});
+  const Report r = Build({"now"});
+  EXPECT_EQ(ModelOf(r, "org/skips").stage_verdict.at("module"), "skipped");
+  EXPECT_EQ(ModelOf(r, "org/fails").stage_verdict.at("module"), "timeout");
+  EXPECT_EQ(ModelOf(r, "org/passes").stage_verdict.at("module"), "pass");
+}
+
+TEST_F(ReportBuild, RootCauseAndBlockersRankedByFailingModels) {
+  for (const char* m : {"org/a", "org/b", "org/ok"}) Model(m, "llama");
+  const int64_t shared = Case(MmCase(1, 8, 8), {"org/a", "org/b"});
+  const int64_t only_a = Case(AddCase({4}), {"org/a"});
+  const int64_t only_ok = Case(MmCase(2, 8, 8), {"org/ok"});
+  const int64_t passes = Case(MmCase(3, 8, 8), {"org/a", "org/b"});
+  Run("unit", "unit", "2026-01-02T00:00:00Z");
+  Run("models", "model", "2026-01-02T00:00:00Z");
+  Record("unit", shared, Outcome::kMismatch);
+  Record("unit", only_a, Outcome::kCrash);
+  Record("unit", only_ok, Outcome::kMismatch);
+  Record("unit", passes, Outcome::kPass);
+  Stage("models", "org/a", "model", {{"forward", Outcome::kMismatch, 1.0}});
+  Stage("models", "org/b", "model", {{"forward", Outcome::kMismatch, 1.0}});
+  Stage("models", "org/ok", "model", {{"forward", Outcome::kPass, 0.0}});
+  const Report r = Build({"unit", "models"});
+  ASSERT_EQ(r.blockers.size(), 2u);
+  EXPECT_EQ(r.blockers[0].key, keys_[shared]);
+  EXPECT_EQ(r.blockers[0].models, (std::vector<std::string>{"org/a", "org/b"}));
+  EXPECT_EQ(r.blockers[0].op, "aten::mm");
+  EXPECT_EQ(r.blockers[1].key, keys_[only_a]);
+  EXPECT_EQ(r.blockers[1].verdict, "crash");
+  std::vector<std::string> a_causes = {keys_[shared], keys_[only_a]};
+  std::sort(a_causes.begin(), a_causes.end());
+  EXPECT_EQ(ModelOf(r, "org/a").failing_cases, a_causes);
+  EXPECT_EQ(ModelOf(r, "org/b").failing_cases, std::vector<std::string>{keys_[shared]});
+  EXPECT_TRUE(ModelOf(r, "org/ok").failing_cases.empty());
+}
+
+TEST_F(ReportBuild, StageSummariesAndFamilyMatrix) {
+  Model("org/llama", "llama");
+  Model("org/bert", "bert");
+  const int64_t both = Case(MmCase(1, 8, 8), {"org/llama", "org/bert"});
+  const int64_t llama_only = Case(MmCase(2, 8, 8), {"org/llama"});
+  const int64_t skipped = Case(MmCase(3, 8, 8), {"org/bert"});
+  const int64_t orphan = Case(MmCase(4, 8, 8));
+  Run("unit", "unit", "2026-01-02T00:00:00Z");
+  Run("models", "module,train", "2026-01-02T00:00:00Z");
+  Record("unit", both, Outcome::kPass);
+  Record("unit", llama_only, Outcome::kMismatch);
+  Record("unit", skipped, Outcome::kSkipped);
+  Record("unit", orphan, Outcome::kPass);
+  Stage("models", "org/llama", "module", {{"attention", Outcome::kPass, 0.0}}, "decoder");
+  Stage("models", "org/llama", "train", {{"train", Outcome::kCrash, {}}}, "decoder");
+  Stage("models", "org/bert", "module", {{"attention", Outcome::kPass, 0.0}}, "encoder");
+  const Report r = Build({"unit", "models"});
+  ASSERT_EQ(r.stages.size(), 3u);
+  EXPECT_EQ(r.stages[0].stage, "unit");
+  EXPECT_EQ(r.stages[0].total, 4);
+  EXPECT_EQ(r.stages[0].verdicts.at("pass"), 2);
+  EXPECT_EQ(r.stages[0].verdicts.at("mismatch"), 1);
+  EXPECT_EQ(r.stages[0].verdicts.at("skipped"), 1);
+  EXPECT_DOUBLE_EQ(r.stages[0].pass_rate, 2.0 / 3.0);
+  EXPECT_EQ(r.stages[1].stage, "module");
+  EXPECT_EQ(r.stages[1].total, 2);
+  EXPECT_DOUBLE_EQ(r.stages[1].pass_rate, 1.0);
+  EXPECT_EQ(r.stages[2].stage, "train");
+  EXPECT_DOUBLE_EQ(r.stages[2].pass_rate, 0.0);
+
+  using Cell = std::pair<int64_t, int64_t>;
+  EXPECT_EQ(r.matrix.at("llama").at("unit"), Cell(1, 2));
+  EXPECT_EQ(r.matrix.at("bert").at("unit"), Cell(1, 1));  // the skipped case is not judged
+  EXPECT_EQ(r.matrix.at("unknown").at("unit"), Cell(1, 1));
+  EXPECT_EQ(r.matrix.at("decoder").at("module"), Cell(1, 1));
+  EXPECT_EQ(r.matrix.at("decoder").at("train"), Cell(0, 1));
+  EXPECT_EQ(r.matrix.at("encoder").at("module"), Cell(1, 1));
+}
+
+TEST_F(ReportBuild, ThousandsOfCasesBuildQuickly) {
+  Model("org/m", "llama");
+  Run("base", "unit", "2026-01-01T00:00:00Z");
+  Run("now", "unit", "2026-01-02T00:00:00Z");
+  std::vector<int64_t> ids;
+  ASSERT_TRUE(reg_->Begin().ok());
+  for (int i = 1; i <= 3000; ++i) ids.push_back(Case(MmCase(i, 4, 4), {"org/m"}));
+  ASSERT_TRUE(reg_->Commit().ok());
+  for (int64_t id : ids) {  // RecordResult commits each result itself
+    Record("base", id, Outcome::kPass, {.err = 1e-6, .warm = 10});
+    Record("now", id, id % 100 == 0 ? Outcome::kMismatch : Outcome::kPass, {.err = 1e-6, .warm = 10});
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const Report r = Build({"now"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.cases.size(), 3000u);
+  EXPECT_EQ(r.CountOf(Change::kNewFailure), 30);
+  EXPECT_LT(seconds, 5.0);
+}
+
+// ---- Expectations ----------------------------------------------------------
+
+TEST(Expectations, ParsesEntriesAndComments) {
+  auto e = Expectations::FromJson(R"({"_comment": "known failures of sim", "backend": "sim", "expected_failures": [
+      {"stage": "unit", "op": "aten::mm", "dtype": "f32", "outcomes": ["mismatch"], "reason": "bf16 matmul numerics"},
+      {"comment": "whole family", "stage": "train", "model": "Qwen/*", "reason": "loss diverges"}]})",
+                                  "configs/expectations/sim.json");
+  ASSERT_TRUE(e) << e.error().ToString();
+  EXPECT_EQ(e->backend, "sim");
+  EXPECT_EQ(e->source, "configs/expectations/sim.json");
+  ASSERT_EQ(e->entries.size(), 2u);
+  EXPECT_EQ(e->entries[0].outcomes, std::vector<std::string>{"mismatch"});
+  EXPECT_EQ(e->entries[1].model, "Qwen/*");
+}
+
+// Each bad file, and the words its error must contain (source, entry and key).
+struct BadExpectations {
+  const char* name;
+  const char* json;
+  std::vector<std::string> words;
+};
+
+class ExpectationErrors : public ::testing::TestWithParam<BadExpectations> {};
+
+TEST_P(ExpectationErrors, NameTheSourceTheEntryAndTheKey) {
+  auto e = Expectations::FromJson(GetParam().json, "sim.json");
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().code(), StatusCode::kInvalidArgument);
+  for (const auto& w : GetParam().words) {
+    EXPECT_NE(e.error().message().find(w), std::string::npos) << e.error().message() << " lacks " << w;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, ExpectationErrors,
+    ::testing::Values(
+        BadExpectations{"UnknownKey", R"({"expected_failures": [{"op": "aten::mm", "reson": "x", "reason": "y"}]})",
+                        {"sim.json", "expected_failures[0].reson", "unknown key"}},
+        BadExpectations{"MissingReason", R"({"expected_failures": [{"reason": "a"}, {"op": "aten::mm"}]})",
+                        {"sim.json", "expected_failures[1].reason", "missing or empty"}},
+        BadExpectations{"EmptyReason", R"({"expected_failures": [{"op": "aten::mm", "reason": ""}]})",
+                        {"expected_failures[0].reason"}},
+        BadExpectations{"BadStage", R"({"expected_failures": [{"stage": "units", "reason": "x"}]})",
+                        {"expected_failures[0].stage", "'units' is not a stage"}},
+        BadExpectations{"BadOutcome", R"({"expected_failures": [{"outcomes": ["mismatch", "broken"], "reason": "x"}]})",
+                        {"expected_failures[0].outcomes", "'broken' is not an outcome"}},
+        BadExpectations{"PassIsNotAFailure", R"({"expected_failures": [{"outcomes": ["pass"], "reason": "x"}]})",
+                        {"expected_failures[0].outcomes", "not a failing outcome"}},
+        BadExpectations{"BadDtype", R"({"expected_failures": [{"dtype": "float", "reason": "x"}]})",
+                        {"expected_failures[0].dtype"}},
+        BadExpectations{"OpAndModel", R"({"expected_failures": [{"op": "aten::mm", "model": "a/*", "reason": "x"}]})",
+                        {"expected_failures[0]", "one kind"}},
+        BadExpectations{"NotAString", R"({"expected_failures": [{"op": 3, "reason": "x"}]})",
+                        {"expected_failures[0].op", "must be a string"}},
+        BadExpectations{"UnknownTopLevelKey", R"({"backend": "sim", "expected": []})", {"sim.json", "expected"}},
+        BadExpectations{"NotJson", R"({"expected_failures": [)", {"sim.json", "not valid JSON"}},
+        BadExpectations{"NotAnObject", R"([1, 2])", {"sim.json", "top level"}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Expectations, OpWithoutOverloadCoversEveryOverload) {
+  auto e = Expectations::FromJson(R"({"expected_failures": [
+      {"op": "aten::add", "reason": "any add"}, {"op": "aten::mm.out", "reason": "only out"}]})",
+                                  "x.json");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->MatchCase("aten::add.Tensor", "k", {"f32"}), &e->entries[0]);
+  EXPECT_EQ(e->MatchCase("aten::add", "k", {"f32"}), &e->entries[0]);
+  EXPECT_EQ(e->MatchCase("aten::addmm", "k", {"f32"}), nullptr);
+  EXPECT_EQ(e->MatchCase("aten::mm.out", "k", {"f32"}), &e->entries[1]);
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}), nullptr);
+}
+
+TEST(Expectations, DtypeKeyAndStageNarrowAMatch) {
+  auto e = Expectations::FromJson(R"({"expected_failures": [
+      {"dtype": "bf16", "reason": "bf16"}, {"key": "abc", "reason": "one case"},
+      {"stage": "module", "item": "attention", "reason": "attention"}]})",
+                                  "x.json");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32", "bf16"}), &e->entries[0]);
+  EXPECT_EQ(e->MatchCase("aten::mm", "abc", {"f32"}), &e->entries[1]);
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}), nullptr);
+  EXPECT_EQ(e->MatchModelItem("module", "org/a", "attention"), &e->entries[2]);
+  EXPECT_EQ(e->MatchModelItem("model", "org/a", "attention"), nullptr);
+  EXPECT_EQ(e->MatchModelItem("module", "org/a", "mlp"), nullptr);  // unit entries never match items
+}
+
+}  // namespace
+}  // namespace coverage::reports

@@ -1,0 +1,100 @@
+// EscapeXml (reports/escape.h). Kept apart from EscapeHtml: XML needs the
+// text decoded, since XML 1.0 cannot hold some characters at all.
+#include <cstdint>
+
+#include "reports/escape.h"
+
+namespace coverage::reports {
+namespace {
+
+constexpr char32_t kReplacement = 0xFFFD;
+
+// Decodes one UTF-8 sequence at `text[*i]` and advances past it; a byte that
+// does not start a valid, shortest-form sequence decodes to U+FFFD alone.
+char32_t NextCodePoint(std::string_view text, size_t* i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(*i);
+  int length = 0;
+  char32_t cp = 0, min = 0;
+  if (b0 < 0x80) {
+    ++*i;
+    return b0;
+  } else if ((b0 & 0xE0) == 0xC0) {
+    length = 2, cp = b0 & 0x1F, min = 0x80;
+  } else if ((b0 & 0xF0) == 0xE0) {
+    length = 3, cp = b0 & 0x0F, min = 0x800;
+  } else if ((b0 & 0xF8) == 0xF0) {
+    length = 4, cp = b0 & 0x07, min = 0x10000;
+  } else {
+    ++*i;
+    return kReplacement;
+  }
+  if (*i + length > text.size()) {
+    ++*i;
+    return kReplacement;
+  }
+  for (int k = 1; k < length; ++k) {
+    const unsigned char b = byte(*i + k);
+    if ((b & 0xC0) != 0x80) {
+      ++*i;
+      return kReplacement;
+    }
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    ++*i;
+    return kReplacement;
+  }
+  *i += length;
+  return cp;
+}
+
+// XML 1.0 Char: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF].
+bool IsXmlChar(char32_t c) {
+  return c == 0x9 || c == 0xA || c == 0xD || (c >= 0x20 && c <= 0xD7FF) || (c >= 0xE000 && c <= 0xFFFD) ||
+         (c >= 0x10000 && c <= 0x10FFFF);
+}
+
+void AppendUtf8(char32_t c, std::string* out) {
+  if (c < 0x80) {
+    *out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    *out += static_cast<char>(0xC0 | (c >> 6));
+    *out += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    *out += static_cast<char>(0xE0 | (c >> 12));
+    *out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | (c >> 18));
+    *out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    *out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
+
+}  // namespace
+
+// Invalid UTF-8 becomes U+FFFD (the output is always valid UTF-8); characters
+// XML cannot hold (most C0 controls, U+FFFE, U+FFFF) are dropped; CR is
+// written as a reference because parsers would fold it into LF.
+std::string EscapeXml(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 8);
+  for (size_t i = 0; i < text.size();) {
+    const char32_t c = NextCodePoint(text, &i);
+    if (!IsXmlChar(c)) continue;
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      case '\r': out += "&#13;"; break;
+      default: AppendUtf8(c, &out);
+    }
+  }
+  return out;
+}
+
+}  // namespace coverage::reports
