@@ -68,7 +68,28 @@ Result<std::vector<runners::CaptureProfile>> LoadProfiles(const std::string& pat
 // offers, for `run` and for its workers.
 void RegisterBackends(const GlobalOptions& global, runners::BackendRegistry& backends);
 
+// Reports (apps/cmd_report.cc), shared by `report` and `nightly`.
+struct ReportRequest {
+  std::vector<std::string> runs;
+  std::vector<std::string> baselines;
+  bool find_baseline = true;
+  std::string out_dir;       // default: reports/<first run> next to the registry
+  std::string expectations;  // default: <home>/configs/expectations/<backend>.json when present
+  std::vector<std::string> formats = {"html", "junit", "json"};
+  double drift_factor = 4.0;
+  double perf_spreads = 3.0;
+  std::string title;
+};
+struct WrittenReports {
+  std::vector<std::string> paths;
+  bool regressed = false;
+};
+// Builds the report, writes the files and prints a summary with their paths.
+Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Registry& reg, const ReportRequest& request);
+
 void AddCaptureCommand(CLI::App& app, GlobalOptions& global);
+void AddNightlyCommand(CLI::App& app, GlobalOptions& global);
+void AddReportCommand(CLI::App& app, GlobalOptions& global);
 void AddMergeCommand(CLI::App& app, GlobalOptions& global);
 void AddWorkerCommand(CLI::App& app, GlobalOptions& global);
 void AddCrawlCommand(CLI::App& app, GlobalOptions& global);

@@ -27,6 +27,7 @@ struct RunFlags {
   std::string stage = "unit";
   std::string backend = "cpu";
   std::vector<std::string> ops;
+  std::vector<std::string> keys;
   std::string model;
   std::string dtype;
   std::vector<std::string> dims;
@@ -161,6 +162,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
 
   registry::CaseFilter filter;
   filter.ops = flags.ops;
+  filter.keys = flags.keys;
   filter.model = flags.model;
   filter.profile = flags.profile;
   if (!flags.dtype.empty() && !DTypeFromName(flags.dtype)) {
@@ -228,7 +230,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   nlohmann::json config = {
       {"stage", flags.stage},
       {"backend", flags.backend},
-      {"filters", {{"ops", flags.ops}, {"model", flags.model}, {"dtype", flags.dtype}, {"dims", flags.dims},
+      {"filters", {{"ops", flags.ops}, {"cases", flags.keys}, {"model", flags.model}, {"dtype", flags.dtype}, {"dims", flags.dims},
                    {"profile", flags.profile}}},
       {"warm", flags.warm},
       {"tolerances", tol_path},
@@ -309,9 +311,10 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
 int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, const std::vector<std::string>& stages,
                           runners::BackendRegistry& backends, runners::ComparisonOptions comparison,
                           const std::string& tol_path, const std::string& tol_text) {
-  if (!flags.ops.empty() || !flags.dtype.empty() || !flags.dims.empty() || flags.max_case_flops) {
+  if (!flags.ops.empty() || !flags.keys.empty() || !flags.dtype.empty() || !flags.dims.empty() ||
+      flags.max_case_flops) {
     return ReportError(Status::InvalidArgument(
-        "--op, --dtype, --dim and --max-case-flops filter op cases: they apply to --stage=unit only"));
+        "--op, --case, --dtype, --dim and --max-case-flops filter op cases: they apply to --stage=unit only"));
   }
   if (flags.max_model_flops < 0) return ReportError(Status::InvalidArgument("--max-model-flops must be non-negative"));
   if (flags.max_gb <= 0) return ReportError(Status::InvalidArgument("--max-gb must be positive"));
@@ -501,6 +504,7 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--backend", flags->backend, "Backend under test (--list-backends shows them)")->capture_default_str();
   cmd->add_flag("--list-backends", flags->list_backends, "List the backends of this build and exit");
   cmd->add_option("--op", flags->ops, "Only cases of this op (repeatable), e.g. mm or aten::addmm");
+  cmd->add_option("--case", flags->keys, "Only this case, by key (repeatable; `coverage repro KEY` prints one)");
   cmd->add_option("--model", flags->model,
                   "unit: only cases captured from this model; module/model/train: only these representatives; * and "
                   "? are wildcards");

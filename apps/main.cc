@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   AddRegistryCommand(app, global);
   AddRunCommand(app, global);
   AddMergeCommand(app, global);
+  AddReportCommand(app, global);
+  AddNightlyCommand(app, global);
   AddWorkerCommand(app, global);
   try {
     app.parse(argc, argv);

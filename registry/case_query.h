@@ -36,6 +36,7 @@ struct CaseFilter {
   std::optional<double> min_flops;
   std::optional<double> max_flops;
   std::string profile;           // a source with this input profile
+  std::vector<std::string> keys; // case keys; any of them
   int64_t limit = 0;             // 0 = no limit
 };
 

@@ -475,6 +475,11 @@ Result<std::vector<StoredCase>> Registry::FindCases(const CaseFilter& filter) {
     }
     sql += ")";
   }
+  if (!filter.keys.empty()) {
+    sql += " AND c.key IN (";
+    for (size_t i = 0; i < filter.keys.size(); ++i) sql += (i ? ", " : "") + add_text(filter.keys[i]);
+    sql += ")";
+  }
   if (!filter.dtype.empty()) {
     sql += " AND instr(c.dtypes, " + add_text(" " + filter.dtype + " ") + ") > 0";
   }

@@ -1,0 +1,206 @@
+// `coverage nightly`: the stages in order, then the report and the diff
+// against the baseline; exit 1 when something regressed.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <algorithm>
+#include <cerrno>
+#include <ctime>
+#include <filesystem>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "apps/app.h"
+#include "registry/registry.h"
+
+extern char** environ;
+
+namespace coverage::apps {
+namespace {
+
+struct NightlyConfig {
+  std::string backend = "sim";
+  std::vector<std::string> stages = {"unit", "module", "model", "train"};
+  std::string run_prefix = "nightly";
+  std::vector<std::string> unit_args;
+  std::vector<std::string> model_args;
+  std::string report_dir;
+  std::string expectations;
+  std::string baseline = "auto";  // "auto", "none", or a run id prefix (its -unit / -models runs)
+};
+
+Result<NightlyConfig> ParseConfig(const std::string& text, const std::string& path) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return Status::InvalidArgument(path + ": not a JSON object");
+  NightlyConfig c;
+  static const char* kKnown[] = {"comment", "backend", "stages", "run_prefix", "unit_args", "model_args",
+                                 "report_dir", "expectations", "baseline"};
+  for (const auto& [k, v] : j.items()) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
+      return Status::InvalidArgument(path + ": unknown key '" + k + "'");
+    }
+  }
+  auto str = [&](const char* k, std::string& out) -> Status {
+    if (!j.contains(k)) return Status::Ok();
+    if (!j[k].is_string()) return Status::InvalidArgument(path + ": '" + k + "' must be a string");
+    out = j[k].get<std::string>();
+    return Status::Ok();
+  };
+  auto list = [&](const char* k, std::vector<std::string>& out) -> Status {
+    if (!j.contains(k)) return Status::Ok();
+    if (!j[k].is_array()) return Status::InvalidArgument(path + ": '" + k + "' must be an array of strings");
+    out.clear();
+    for (const auto& e : j[k]) {
+      if (!e.is_string()) return Status::InvalidArgument(path + ": '" + k + "' must be an array of strings");
+      out.push_back(e.get<std::string>());
+    }
+    return Status::Ok();
+  };
+  COV_RETURN_IF_ERROR(str("backend", c.backend));
+  COV_RETURN_IF_ERROR(list("stages", c.stages));
+  COV_RETURN_IF_ERROR(str("run_prefix", c.run_prefix));
+  COV_RETURN_IF_ERROR(list("unit_args", c.unit_args));
+  COV_RETURN_IF_ERROR(list("model_args", c.model_args));
+  COV_RETURN_IF_ERROR(str("report_dir", c.report_dir));
+  COV_RETURN_IF_ERROR(str("expectations", c.expectations));
+  COV_RETURN_IF_ERROR(str("baseline", c.baseline));
+  for (const auto& s : c.stages) {
+    if (s != "unit" && s != "module" && s != "model" && s != "train") {
+      return Status::InvalidArgument(path + ": 'stages' holds '" + s + "' (unit, module, model, train)");
+    }
+  }
+  if (c.stages.empty()) return Status::InvalidArgument(path + ": 'stages' is empty");
+  if (c.backend.empty()) return Status::InvalidArgument(path + ": 'backend' is empty");
+  return c;
+}
+
+// Runs `coverage <args>` (this binary) and returns its exit code.
+int RunSelf(const std::vector<std::string>& args) {
+  std::vector<std::string> storage = {"coverage"};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::string line;
+  for (size_t i = 1; i < storage.size(); ++i) line += " " + storage[i];
+  std::printf("\n$ coverage%s\n", line.c_str());
+  std::fflush(stdout);
+  pid_t pid;
+  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) return kExitUsage;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : kExitUsage;
+}
+
+std::string UtcStamp() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+int Nightly(const GlobalOptions& global, const std::string& config_path, std::string run_id,
+            const std::string& backend) {
+  const std::string path = config_path.empty() ? global.home + "/configs/nightly.json" : config_path;
+  auto text = ReadFile(path);
+  if (!text) return ReportError(text.error().WithContext("--config"));
+  auto config = ParseConfig(*text, path);
+  if (!config) return ReportError(config.error());
+  if (!backend.empty()) config->backend = backend;
+  auto reg = OpenRegistry(global, false);
+  if (!reg) return ReportError(reg.error());
+  if (run_id.empty()) run_id = config->run_prefix + "-" + UtcStamp();
+
+  std::vector<std::string> common = {"--registry", global.registry_path, "--home", global.home};
+  if (global.quiet) common.push_back("--quiet");
+  if (global.threads) common.insert(common.end(), {"--threads", std::to_string(global.threads)});
+  std::vector<std::string> runs;
+  auto has = [&](const char* s) { return std::find(config->stages.begin(), config->stages.end(), s) != config->stages.end(); };
+  if (has("unit")) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), {"run", "--stage=unit", "--backend", config->backend, "--run", run_id + "-unit"});
+    args.insert(args.end(), config->unit_args.begin(), config->unit_args.end());
+    const int rc = RunSelf(args);
+    if (rc != kExitOk && rc != kExitFailures) {
+      std::fprintf(stderr, "coverage nightly: the unit stage ended with exit code %d; resume with --run-id %s\n", rc,
+                   run_id.c_str());
+      return rc == kExitInterrupted ? kExitInterrupted : kExitUsage;
+    }
+    runs.push_back(run_id + "-unit");
+  }
+  std::string model_stages;
+  for (const char* s : {"module", "model", "train"}) {
+    if (has(s)) model_stages += (model_stages.empty() ? "" : ",") + std::string(s);
+  }
+  if (!model_stages.empty()) {
+    auto selections = (*reg)->Query("SELECT COUNT(*) FROM selections");
+    if (selections && selections->rows[0][0] == "0") {
+      std::printf("\nno selection in %s: the %s stages need representatives (`coverage crawl`, `coverage select`, "
+                  "`coverage capture --selection`); skipped\n",
+                  global.registry_path.c_str(), model_stages.c_str());
+    } else {
+      std::vector<std::string> args = common;
+      args.insert(args.end(), {"run", "--stage=" + model_stages, "--backend", config->backend, "--run",
+                               run_id + "-models"});
+      args.insert(args.end(), config->model_args.begin(), config->model_args.end());
+      const int rc = RunSelf(args);
+      if (rc != kExitOk && rc != kExitFailures) {
+        std::fprintf(stderr, "coverage nightly: the %s stages ended with exit code %d; resume with --run-id %s\n",
+                     model_stages.c_str(), rc, run_id.c_str());
+        return rc == kExitInterrupted ? kExitInterrupted : kExitUsage;
+      }
+      runs.push_back(run_id + "-models");
+    }
+  }
+  if (runs.empty()) return ReportError(Status::InvalidArgument("nightly: no stage ran"));
+
+  std::printf("\n");
+  ReportRequest request;
+  request.runs = runs;
+  request.out_dir = config->report_dir.empty() ? "" : config->report_dir + "/" + run_id;
+  if (request.out_dir.empty()) {
+    request.out_dir = (std::filesystem::path(global.registry_path).parent_path() / "reports" / run_id).string();
+  }
+  request.expectations = config->expectations;
+  if (config->baseline == "none") {
+    request.find_baseline = false;
+  } else if (config->baseline != "auto") {
+    for (const auto& r : runs) request.baselines.push_back(config->baseline + r.substr(run_id.size()));
+  }
+  request.title = "coverage nightly " + run_id + " on " + config->backend;
+  auto written = WriteReports(global, **reg, request);
+  if (!written) return ReportError(written.error());
+  return written->regressed ? kExitFailures : kExitOk;
+}
+
+}  // namespace
+
+void AddNightlyCommand(CLI::App& app, GlobalOptions& global) {
+  auto config = std::make_shared<std::string>();
+  auto run_id = std::make_shared<std::string>();
+  auto backend = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "nightly",
+      "The nightly job: the configured stages in order on the configured backend (each a `coverage run`, resumable), "
+      "then the report against the baseline (the last finished runs of the same stages, backend and options).\n"
+      "Exit code: 0 nothing regressed, 1 new failures, accuracy drift or performance regressions, 2 bad input or a "
+      "harness error, 130 interrupted (resume with the same --run-id).");
+  cmd->add_option("--config", *config, "Nightly config [default: <home>/configs/nightly.json]");
+  cmd->add_option("--run-id", *run_id,
+                  "Id of this nightly (its runs are <id>-unit and <id>-models); an existing id resumes it "
+                  "[default: <run_prefix>-<UTC time>]");
+  cmd->add_option("--backend", *backend, "Backend under test [default: the config's]");
+  cmd->callback([&global, config, run_id, backend]() {
+    global.exit_code = Nightly(global, *config, *run_id, *backend);
+  });
+}
+
+}  // namespace coverage::apps

@@ -1,0 +1,259 @@
+// `coverage report`: a run (or a nightly's runs) against a baseline, as
+// HTML, JUnit XML and JSON. `coverage repro`: one case, reproducible.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "apps/app.h"
+#include "registry/registry.h"
+#include "reports/report.h"
+#include "reports/repro.h"
+
+namespace coverage::apps {
+namespace {
+
+struct ReportFlags {
+  std::vector<std::string> runs;
+  std::vector<std::string> baselines;
+  bool no_baseline = false;
+  std::string out;
+  std::string expectations;
+  std::vector<std::string> formats = {"html", "junit", "json"};
+  double drift_factor = 4.0;
+  double perf_spreads = 3.0;
+  std::string title;
+  bool fail_on_regression = false;
+};
+
+Status WriteText(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) return Status::IoError("cannot write '" + tmp + "'");
+    f << text;
+    if (!f) return Status::IoError("cannot write '" + tmp + "'");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::IoError("cannot write '" + path + "': " + ec.message());
+  return Status::Ok();
+}
+
+// "latest": the newest run in the registry.
+Result<std::string> ResolveRun(registry::Registry& reg, const std::string& id) {
+  if (id != "latest") return id;
+  COV_ASSIGN_OR_RETURN(auto rows, reg.Query("SELECT run_id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1"));
+  if (rows.rows.empty()) return Status::NotFound("--run latest: the registry has no runs; run `coverage run` first");
+  return rows.rows[0][0];
+}
+
+int Report(const GlobalOptions& global, const ReportFlags& flags) {
+  auto reg = OpenRegistry(global, /*read_only=*/false);
+  if (!reg) return ReportError(reg.error());
+  ReportRequest request;
+  for (const auto& r : flags.runs) {
+    auto id = ResolveRun(**reg, r);
+    if (!id) return ReportError(id.error());
+    request.runs.push_back(*id);
+  }
+  request.baselines = flags.baselines;
+  request.find_baseline = !flags.no_baseline;
+  request.out_dir = flags.out;
+  request.expectations = flags.expectations;
+  request.formats = flags.formats;
+  request.drift_factor = flags.drift_factor;
+  request.perf_spreads = flags.perf_spreads;
+  request.title = flags.title;
+  auto written = WriteReports(global, **reg, request);
+  if (!written) return ReportError(written.error());
+  return flags.fail_on_regression && written->regressed ? kExitFailures : kExitOk;
+}
+
+int Repro(const GlobalOptions& global, const std::string& key, const std::string& backend, uint64_t seed) {
+  auto reg = OpenRegistry(global, /*read_only=*/true);
+  if (!reg) return ReportError(reg.error());
+  auto found = (*reg)->GetCaseByKey(key);
+  if (!found) return ReportError(found.error());
+  if (!*found) {
+    return ReportError(Status::NotFound("no case with key '" + key + "' in " + global.registry_path +
+                                        " (keys are 16 hex digits, as in reports and `coverage registry query`)"));
+  }
+  const OpCase& c = (*found)->op_case;
+  std::printf("case %s: %s\n", key.c_str(), c.Summary().c_str());
+  auto sources = (*reg)->Query(
+      "SELECT model_id, module_path, profile, call_count FROM case_sources s JOIN op_cases c ON c.case_id = s.case_id "
+      "WHERE c.key = ?1 ORDER BY call_count DESC, model_id LIMIT 10",
+      {key});
+  if (sources && !sources->rows.empty()) {
+    std::printf("used by:\n");
+    for (const auto& row : sources->rows) {
+      std::printf("  %s  %s (%s, %s calls)\n", row[0].c_str(), row[1].c_str(), row[2].c_str(), row[3].c_str());
+    }
+  }
+  auto results = (*reg)->Query(
+      "SELECT r.run_id, u.backend, r.outcome, r.error FROM results r JOIN op_cases c ON c.case_id = r.case_id "
+      "JOIN runs u ON u.run_id = r.run_id WHERE c.key = ?1 ORDER BY u.started_at DESC LIMIT 5",
+      {key});
+  if (results && !results->rows.empty()) {
+    std::printf("latest results:\n");
+    for (const auto& row : results->rows) {
+      std::string err = row[3].size() > 200 ? row[3].substr(0, 197) + "..." : row[3];
+      std::printf("  %s (%s): %s%s%s\n", row[0].c_str(), row[1].c_str(), row[2].c_str(), err.empty() ? "" : ": ",
+                  err.c_str());
+    }
+  }
+  std::printf("\n# The case as stored (canonical JSON):\n%s\n", c.ToCanonicalJson().c_str());
+  std::printf("\n# Replay it on a backend with the unit stage's inputs and judging:\n"
+              "coverage --registry %s run --stage=unit --backend %s --case %s --run repro-%s-%d\n",
+              global.registry_path.c_str(), backend.c_str(), key.c_str(), key.c_str(), static_cast<int>(getpid()));
+  std::string device = "cpu";
+  std::string preamble;
+  if (backend == "cuda") device = "cuda";
+  if (backend == "sim" || backend.rfind("privateuse1:", 0) == 0) {
+    device = "privateuseone:0";
+    preamble = backend == "sim" ? "# Load the device first, e.g. torch.ops.load_library('build/lib/libcoverage_sim.so')\n"
+                                : "# Load the device first: torch.ops.load_library('" + backend.substr(12) + "')\n";
+  }
+  std::printf("\n# The same call in PyTorch (same shapes, dtypes, strides, value domains and seed; the values are "
+              "not bit-identical to the unit stage's):\ncat > repro_%s.py <<'PY'\n%s%sPY\npython3 repro_%s.py\n",
+              key.c_str(), preamble.c_str(), reports::PythonRepro(c, seed, device).c_str(), key.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Registry& reg, const ReportRequest& r) {
+  if (r.runs.empty()) return Status::InvalidArgument("--run: name at least one run (or 'latest')");
+  reports::ReportOptions options;
+  options.run_ids = r.runs;
+  options.baseline_run_ids = r.baselines;
+  options.find_baseline = r.find_baseline;
+  options.drift_factor = r.drift_factor;
+  options.perf_spreads = r.perf_spreads;
+  options.title = r.title;
+  options.registry_path = global.registry_path;
+  // Expectations: the named file, else <home>/configs/expectations/<backend>.json when there is one.
+  std::string expectations_path = r.expectations;
+  if (expectations_path.empty()) {
+    COV_ASSIGN_OR_RETURN(auto run, reg.GetRun(r.runs.front()));
+    if (!run) return Status::NotFound("--run '" + r.runs.front() + "': no such run in " + global.registry_path);
+    std::string backend = run->backend;
+    for (char& c : backend) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+    }
+    const std::string candidate = global.home + "/configs/expectations/" + backend + ".json";
+    if (std::filesystem::exists(candidate)) expectations_path = candidate;
+  }
+  if (!expectations_path.empty()) {
+    COV_ASSIGN_OR_RETURN(std::string text, ReadFile(expectations_path));
+    COV_ASSIGN_OR_RETURN(options.expectations, reports::Expectations::FromJson(text, expectations_path));
+  }
+  COV_ASSIGN_OR_RETURN(reports::Report report, reports::BuildReport(reg, options));
+
+  std::string dir = r.out_dir;
+  if (dir.empty()) {
+    dir = (std::filesystem::path(global.registry_path).parent_path() / "reports" / r.runs.front()).string();
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IoError("cannot create the report folder '" + dir + "': " + ec.message());
+  WrittenReports written;
+  written.regressed = report.Regressed();
+  for (const auto& format : r.formats) {
+    std::string path, text;
+    if (format == "html") {
+      path = dir + "/report.html";
+      text = reports::ReportToHtml(report);
+    } else if (format == "junit") {
+      path = dir + "/junit.xml";
+      text = reports::ReportToJUnit(report);
+    } else if (format == "json") {
+      path = dir + "/report.json";
+      text = reports::ReportToJson(report);
+    } else {
+      return Status::InvalidArgument("--format: '" + format + "' is not html, junit or json");
+    }
+    COV_RETURN_IF_ERROR(WriteText(path, text));
+    written.paths.push_back(path);
+  }
+  // What a person reads first.
+  std::printf("report of %s", fmt::format("{}", fmt::join(r.runs, ", ")).c_str());
+  if (!report.baselines.empty()) {
+    std::string b;
+    for (const auto& info : report.baselines) b += (b.empty() ? "" : ", ") + info.run_id;
+    std::printf(" against %s", b.c_str());
+  }
+  std::printf("\n");
+  for (const auto& s : report.stages) {
+    std::string verdicts;
+    for (const auto& [v, n] : s.verdicts) verdicts += fmt::format("{}{} {}", verdicts.empty() ? "" : ", ", n, v);
+    std::printf("  %-7s %lld: %s (pass rate %.1f%%)\n", s.stage.c_str(), static_cast<long long>(s.total),
+                verdicts.c_str(), 100 * s.pass_rate);
+  }
+  std::string changes;
+  for (reports::Change c : {reports::Change::kNewFailure, reports::Change::kFixed, reports::Change::kStillFailing,
+                            reports::Change::kDrift, reports::Change::kPerfRegression, reports::Change::kCompileChange,
+                            reports::Change::kNewCase, reports::Change::kRemoved}) {
+    if (int64_t n = report.CountOf(c)) changes += fmt::format("{}{} {}", changes.empty() ? "" : ", ", n, reports::ChangeName(c));
+  }
+  if (!changes.empty()) std::printf("  changes: %s\n", changes.c_str());
+  for (const auto& w : report.warnings) std::printf("  note: %s\n", w.c_str());
+  if (!report.blockers.empty()) {
+    std::printf("  top blocker: %s %s (blocks %zu models)\n", report.blockers[0].key.c_str(),
+                report.blockers[0].summary.c_str(), report.blockers[0].models.size());
+  }
+  std::printf("%s\n", written.regressed ? "REGRESSED: new failures, accuracy drift or performance regressions"
+                                        : "no regressions");
+  for (const auto& p : written.paths) std::printf("wrote %s\n", p.c_str());
+  return written;
+}
+
+void AddReportCommand(CLI::App& app, GlobalOptions& global) {
+  auto flags = std::make_shared<ReportFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "report",
+      "Write a run's report (one self-contained HTML file, JUnit XML and a JSON summary): regressions against a "
+      "baseline run first, stage x family matrix, models with their failing items and the op cases behind them, "
+      "every case. Exit code 0, or 1 with --fail-on-regression when something regressed.");
+  cmd->add_option("--run", flags->runs,
+                  "Run to report (repeatable, e.g. a nightly's unit and model-stage runs); 'latest' for the newest")
+      ->required();
+  cmd->add_option("--baseline", flags->baselines,
+                  "Baseline run (repeatable, matched by stage) [default: the last finished run of the same stage, "
+                  "backend and judging options]");
+  cmd->add_flag("--no-baseline", flags->no_baseline, "Compare with nothing");
+  cmd->add_option("--out", flags->out, "Folder for report.html, junit.xml, report.json [default: reports/<run> next "
+                                       "to the registry]");
+  cmd->add_option("--expectations", flags->expectations,
+                  "Known failures [default: <home>/configs/expectations/<backend>.json when it exists]");
+  cmd->add_option("--format", flags->formats, "Outputs: html, junit, json (repeatable)")->capture_default_str();
+  cmd->add_option("--drift-factor", flags->drift_factor, "Accuracy drift: error grew by this factor")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 1e12));
+  cmd->add_option("--perf-spreads", flags->perf_spreads,
+                  "Performance regression: warm latency slower by more than this many measured spreads")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--title", flags->title, "Report title");
+  cmd->add_flag("--fail-on-regression", flags->fail_on_regression, "Exit 1 when something regressed");
+  cmd->callback([&global, flags]() { global.exit_code = Report(global, *flags); });
+
+  auto key = std::make_shared<std::string>();
+  auto backend = std::make_shared<std::string>("sim");
+  auto seed = std::make_shared<uint64_t>(0);
+  CLI::App* repro = app.add_subcommand(
+      "repro", "Print a copy-paste reproduction of one op case: its JSON, the command that replays it on a backend, "
+               "and a PyTorch script calling torch.ops.aten.<op>.<overload> with the same shapes, dtypes and strides");
+  repro->add_option("key", *key, "Case key (16 hex digits; in reports and `coverage registry query`)")->required();
+  repro->add_option("--backend", *backend, "Backend for the replay command and the script's device")
+      ->capture_default_str();
+  repro->add_option("--seed", *seed, "Seed of the script's inputs")->capture_default_str();
+  repro->callback([&global, key, backend, seed]() { global.exit_code = Repro(global, *key, *backend, *seed); });
+}
+
+}  // namespace coverage::apps
