@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,7 +83,8 @@ struct ReportRequest {
 };
 struct WrittenReports {
   std::vector<std::string> paths;
-  bool regressed = false;
+  bool regressed = false;                  // reports::Report::Regressed()
+  std::map<std::string, int64_t> changes;  // change name -> cases and model items
 };
 // Builds the report, writes the files and prints a summary with their paths.
 Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Registry& reg, const ReportRequest& request);

@@ -31,6 +31,8 @@ struct NightlyConfig {
   std::string report_dir;
   std::string expectations;
   std::string baseline = "auto";  // "auto", "none", or a run id prefix (its -unit / -models runs)
+  // Changes that make the nightly fail (exit 1).
+  std::vector<std::string> fail_on = {"new_failure", "drift", "perf_regression"};
 };
 
 Result<NightlyConfig> ParseConfig(const std::string& text, const std::string& path) {
@@ -38,7 +40,7 @@ Result<NightlyConfig> ParseConfig(const std::string& text, const std::string& pa
   if (!j.is_object()) return Status::InvalidArgument(path + ": not a JSON object");
   NightlyConfig c;
   static const char* kKnown[] = {"comment", "backend", "stages", "run_prefix", "unit_args", "model_args",
-                                 "report_dir", "expectations", "baseline"};
+                                 "report_dir", "expectations", "baseline", "fail_on"};
   for (const auto& [k, v] : j.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
       return Status::InvalidArgument(path + ": unknown key '" + k + "'");
@@ -68,6 +70,16 @@ Result<NightlyConfig> ParseConfig(const std::string& text, const std::string& pa
   COV_RETURN_IF_ERROR(str("report_dir", c.report_dir));
   COV_RETURN_IF_ERROR(str("expectations", c.expectations));
   COV_RETURN_IF_ERROR(str("baseline", c.baseline));
+  COV_RETURN_IF_ERROR(list("fail_on", c.fail_on));
+  static const char* kFailable[] = {"new_failure", "drift", "perf_regression", "compile_change", "still_failing",
+                                    "new_case", "removed"};
+  for (const auto& f : c.fail_on) {
+    if (std::find(std::begin(kFailable), std::end(kFailable), f) == std::end(kFailable)) {
+      return Status::InvalidArgument(path + ": 'fail_on' holds '" + f +
+                                     "' (new_failure, drift, perf_regression, compile_change, still_failing, new_case, "
+                                     "removed)");
+    }
+  }
   for (const auto& s : c.stages) {
     if (s != "unit" && s != "module" && s != "model" && s != "train") {
       return Status::InvalidArgument(path + ": 'stages' holds '" + s + "' (unit, module, model, train)");
@@ -178,7 +190,17 @@ int Nightly(const GlobalOptions& global, const std::string& config_path, std::st
   request.title = "coverage nightly " + run_id + " on " + config->backend;
   auto written = WriteReports(global, **reg, request);
   if (!written) return ReportError(written.error());
-  return written->regressed ? kExitFailures : kExitOk;
+  std::string why;
+  for (const auto& f : config->fail_on) {
+    auto it = written->changes.find(f);
+    if (it != written->changes.end() && it->second > 0) why += fmt::format("{}{} {}", why.empty() ? "" : ", ", it->second, f);
+  }
+  if (!why.empty()) {
+    std::printf("REGRESSED (%s): exit 1\n", why.c_str());
+    return kExitFailures;
+  }
+  std::printf("nothing the config fails on (%s) changed\n", fmt::format("{}", fmt::join(config->fail_on, ", ")).c_str());
+  return kExitOk;
 }
 
 }  // namespace

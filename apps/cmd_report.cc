@@ -71,6 +71,8 @@ int Report(const GlobalOptions& global, const ReportFlags& flags) {
   request.title = flags.title;
   auto written = WriteReports(global, **reg, request);
   if (!written) return ReportError(written.error());
+  std::printf("%s\n", written->regressed ? "REGRESSED: new failures, accuracy drift or performance regressions"
+                                         : "no regressions");
   return flags.fail_on_regression && written->regressed ? kExitFailures : kExitOk;
 }
 
@@ -164,6 +166,7 @@ Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Regis
   if (ec) return Status::IoError("cannot create the report folder '" + dir + "': " + ec.message());
   WrittenReports written;
   written.regressed = report.Regressed();
+  for (const auto& [change, n] : report.changes) written.changes[std::string(reports::ChangeName(change))] = n;
   for (const auto& format : r.formats) {
     std::string path, text;
     if (format == "html") {
@@ -207,8 +210,6 @@ Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Regis
     std::printf("  top blocker: %s %s (blocks %zu models)\n", report.blockers[0].key.c_str(),
                 report.blockers[0].summary.c_str(), report.blockers[0].models.size());
   }
-  std::printf("%s\n", written.regressed ? "REGRESSED: new failures, accuracy drift or performance regressions"
-                                        : "no regressions");
   for (const auto& p : written.paths) std::printf("wrote %s\n", p.c_str());
   return written;
 }

@@ -134,9 +134,12 @@ void PrintIsolationStats(const runners::IsolationStats& st, const std::string& t
 
 int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, const std::vector<std::string>& stages,
                            runners::BackendRegistry& backends, runners::ComparisonOptions comparison,
-                           const std::string& tol_path, const std::string& tol_text);
+                           const std::string& tol_path, const std::string& tol_text, const std::atomic<bool>* stop);
 
 int RunStage(const GlobalOptions& global, const RunFlags& flags) {
+  // Before anything slow (starting workers): a Ctrl-C from then on stops
+  // the run cleanly after its current case.
+  const std::atomic<bool>* stop = InstallStopHandler();
   runners::BackendRegistry backends;
   RegisterBackends(global, backends);
   if (flags.list_backends) {
@@ -154,7 +157,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   auto comparison = runners::ComparisonOptions::FromJson(*tol_text, tol_path);
   if (!comparison) return ReportError(comparison.error());
   if (stages->front() != "unit") {
-    return RunModelStagesCommand(global, flags, *stages, backends, std::move(*comparison), tol_path, *tol_text);
+    return RunModelStagesCommand(global, flags, *stages, backends, std::move(*comparison), tol_path, *tol_text, stop);
   }
   if (flags.max_case_flops && *flags.max_case_flops < 0) {
     return ReportError(Status::InvalidArgument("--max-case-flops must be non-negative"));
@@ -225,7 +228,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   options.max_case_flops = flags.max_case_flops;
   options.shard = *shard;
   options.progress = !global.quiet;
-  options.stop = InstallStopHandler();
+  options.stop = stop;
   // "replay" holds what changes results; resuming a run with other values is refused.
   nlohmann::json config = {
       {"stage", flags.stage},
@@ -310,7 +313,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
 
 int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, const std::vector<std::string>& stages,
                           runners::BackendRegistry& backends, runners::ComparisonOptions comparison,
-                          const std::string& tol_path, const std::string& tol_text) {
+                          const std::string& tol_path, const std::string& tol_text, const std::atomic<bool>* stop) {
   if (!flags.ops.empty() || !flags.keys.empty() || !flags.dtype.empty() || !flags.dims.empty() ||
       flags.max_case_flops) {
     return ReportError(Status::InvalidArgument(
@@ -362,7 +365,7 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
   options.checks.min_topk_agreement = flags.min_topk_agreement;
   options.shard = *shard;
   options.progress = !global.quiet;
-  options.stop = InstallStopHandler();
+  options.stop = stop;
   // "checks" holds what changes verdicts; resuming a run with other values is refused.
   nlohmann::json config = {
       {"stage", flags.stage},

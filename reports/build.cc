@@ -572,6 +572,28 @@ void Builder::Finish() {
 
   // Stage summaries and the stage x family matrix. Skipped results count in
   // neither a pass rate's denominator nor a matrix cell: they were not judged.
+  // Rows are model types (models.model_type: "llama", "bert"), as for unit
+  // cases through their source models, so that one model lands in one row
+  // across all stages; a model without a known type falls back to its
+  // builder family.
+  std::map<std::string, std::string> model_types;
+  {
+    std::vector<std::string> ids;
+    for (const auto& [id, model] : models_) ids.push_back(id);
+    for (size_t start = 0; start < ids.size(); start += 500) {
+      std::string sql = "SELECT id, COALESCE(model_type, '') FROM models WHERE id IN (";
+      std::vector<std::string> params;
+      for (size_t i = start; i < ids.size() && i < start + 500; ++i) {
+        sql += (params.empty() ? "?" : ", ?") + std::to_string(params.size() + 1);
+        params.push_back(ids[i]);
+      }
+      auto rows = registry_.Query(sql + ")", params);
+      if (!rows) break;  // the matrix then uses builder families
+      for (const auto& row : rows->rows) {
+        if (!row[1].empty()) model_types[row[0]] = row[1];
+      }
+    }
+  }
   std::map<std::string, StageSummary> stages;
   auto count = [&](const std::string& stage, const std::string& verdict) {
     StageSummary& s = stages[stage];
@@ -595,7 +617,8 @@ void Builder::Finish() {
   for (const auto& [id, model] : models_) {
     for (const auto& [stage, verdict] : model.stage_verdict) {
       count(stage, verdict);
-      cell(model.family, stage, verdict);
+      auto type = model_types.find(id);
+      cell(type != model_types.end() ? type->second : model.family, stage, verdict);
     }
   }
   for (auto& [name, s] : stages) {

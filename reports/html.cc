@@ -88,10 +88,6 @@ std::string VerdictBadge(std::string_view verdict) {
   return fmt::format("<span class=\"badge {}\">{}</span>", VerdictClass(verdict), E(verdict));
 }
 
-bool IsRegression(Change change) {
-  return change == Change::kNewFailure || change == Change::kDrift || change == Change::kPerfRegression;
-}
-
 bool HasRegression(const CaseEntry& c) {
   if (IsRegression(c.change)) return true;
   for (const std::string& extra : c.extra_changes) {
@@ -757,7 +753,8 @@ pre.error { white-space: pre-wrap; word-break: break-word; margin: 0; max-height
 nav a { margin-right: 12px; }
 table { border-collapse: collapse; margin: 6px 0; width: 100%; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 8px; text-align: left; vertical-align: top; }
-thead th { background: var(--soft); position: sticky; top: 0; }
+thead th { background: var(--soft); }
+#case-table thead th { position: sticky; top: 0; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 .cards { display: flex; flex-wrap: wrap; gap: 12px; }
 .card { border: 1px solid var(--line); border-top: 4px solid var(--line); border-radius: 6px; padding: 8px 14px;

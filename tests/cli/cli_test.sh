@@ -105,7 +105,11 @@ check "cost cap reported" has "over the cost cap"
 # Ctrl-C stops after the current case; the same --run id resumes it.
 "$BIN" -q --registry "$DB" run --stage=unit --run interrupted --warm 400 >"$TMP/int.out" 2>&1 &
 pid=$!
-sleep 2
+# Once the first result is stored (a loaded machine can take seconds to start).
+for _ in $(seq 600); do
+  [ "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id='interrupted'" 2>/dev/null || echo 0)" -gt 0 ] && break
+  sleep 0.1
+done
 kill -INT "$pid"
 wait "$pid"
 rc=$?

@@ -511,9 +511,18 @@ TEST_F(ReportBuild, StageSummariesAndFamilyMatrix) {
   EXPECT_EQ(r.matrix.at("llama").at("unit"), Cell(1, 2));
   EXPECT_EQ(r.matrix.at("bert").at("unit"), Cell(1, 1));  // the skipped case is not judged
   EXPECT_EQ(r.matrix.at("unknown").at("unit"), Cell(1, 1));
-  EXPECT_EQ(r.matrix.at("decoder").at("module"), Cell(1, 1));
-  EXPECT_EQ(r.matrix.at("decoder").at("train"), Cell(0, 1));
-  EXPECT_EQ(r.matrix.at("encoder").at("module"), Cell(1, 1));
+  // A model is one row across stages: its model type, as for its op cases.
+  EXPECT_EQ(r.matrix.at("llama").at("module"), Cell(1, 1));
+  EXPECT_EQ(r.matrix.at("llama").at("train"), Cell(0, 1));
+  EXPECT_EQ(r.matrix.at("bert").at("module"), Cell(1, 1));
+  EXPECT_EQ(r.matrix.count("decoder"), 0u);
+}
+
+TEST_F(ReportBuild, AModelWithoutAKnownTypeIsInItsBuilderFamilysRow) {
+  Run("models", "module", "2026-01-02T00:00:00Z");
+  Stage("models", "org/unlisted", "module", {{"attention", Outcome::kPass, 0.0}}, "decoder");
+  const Report r = Build({"models"});
+  EXPECT_EQ(r.matrix.at("decoder").at("module"), (std::pair<int64_t, int64_t>(1, 1)));
 }
 
 TEST_F(ReportBuild, ThousandsOfCasesBuildQuickly) {
