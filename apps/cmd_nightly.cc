@@ -1,5 +1,6 @@
 // `coverage nightly`: the stages in order, then the report and the diff
 // against the baseline; exit 1 when something regressed.
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -90,7 +91,16 @@ Result<NightlyConfig> ParseConfig(const std::string& text, const std::string& pa
   return c;
 }
 
-// Runs `coverage <args>` (this binary) and returns its exit code.
+// The stage running now, for SIGTERM (a CI cancel, `timeout`): passed on,
+// so it stops after its current case and the nightly can be resumed.
+volatile pid_t g_child = 0;
+void ForwardTerm(int) {
+  if (g_child > 0) kill(g_child, SIGTERM);
+}
+
+// Runs `coverage <args>` (this binary) and returns its exit code. A terminal's
+// Ctrl-C reaches the child too (same process group); the parent waits for it
+// to stop cleanly instead of dying first.
 int RunSelf(const std::vector<std::string>& args) {
   std::vector<std::string> storage = {"coverage"};
   storage.insert(storage.end(), args.begin(), args.end());
@@ -101,11 +111,36 @@ int RunSelf(const std::vector<std::string>& args) {
   for (size_t i = 1; i < storage.size(); ++i) line += " " + storage[i];
   std::printf("\n$ coverage%s\n", line.c_str());
   std::fflush(stdout);
+  struct sigaction ignore {}, forward {}, old_int {}, old_term {};
+  ignore.sa_handler = SIG_IGN;
+  forward.sa_handler = ForwardTerm;
+  sigemptyset(&forward.sa_mask);
+  sigaction(SIGINT, &ignore, &old_int);
+  sigaction(SIGTERM, &forward, &old_term);
+  // The child starts with default dispositions, whatever the parent ignores.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
   pid_t pid;
-  if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), environ) != 0) return kExitUsage;
+  const int spawned = posix_spawn(&pid, "/proc/self/exe", nullptr, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
+  if (spawned != 0) {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    return kExitUsage;
+  }
+  g_child = pid;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  g_child = 0;
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return WIFEXITED(status) ? WEXITSTATUS(status) : kExitUsage;
 }
@@ -185,7 +220,15 @@ int Nightly(const GlobalOptions& global, const std::string& config_path, std::st
   if (config->baseline == "none") {
     request.find_baseline = false;
   } else if (config->baseline != "auto") {
-    for (const auto& r : runs) request.baselines.push_back(config->baseline + r.substr(run_id.size()));
+    // The baseline nightly's runs of the same stages; one it lacks (say its
+    // model stages, before there was a selection) leaves that run without.
+    for (const auto& r : runs) {
+      const std::string id = config->baseline + r.substr(run_id.size());
+      auto found = (*reg)->GetRun(id);
+      if (found && *found) request.baselines.push_back(id);
+      else std::printf("note: the baseline nightly has no run %s\n", id.c_str());
+    }
+    if (request.baselines.empty()) request.find_baseline = false;
   }
   request.title = "coverage nightly " + run_id + " on " + config->backend;
   auto written = WriteReports(global, **reg, request);
@@ -197,10 +240,12 @@ int Nightly(const GlobalOptions& global, const std::string& config_path, std::st
   }
   if (!why.empty()) {
     std::printf("REGRESSED (%s): exit 1\n", why.c_str());
-    return kExitFailures;
+  } else {
+    std::printf("nothing the config fails on (%s) changed\n",
+                fmt::format("{}", fmt::join(config->fail_on, ", ")).c_str());
   }
-  std::printf("nothing the config fails on (%s) changed\n", fmt::format("{}", fmt::join(config->fail_on, ", ")).c_str());
-  return kExitOk;
+  if (!written->paths.empty()) std::printf("report: %s\n", written->paths.front().c_str());
+  return why.empty() ? kExitOk : kExitFailures;
 }
 
 }  // namespace

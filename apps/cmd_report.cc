@@ -44,6 +44,17 @@ Status WriteText(const std::string& path, const std::string& text) {
   return Status::Ok();
 }
 
+// A word for a POSIX shell: quoted when it holds anything but safe characters.
+std::string ShellWord(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=+,@") ==
+                           std::string::npos) {
+    return word;
+  }
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 // "latest": the newest run in the registry.
 Result<std::string> ResolveRun(registry::Registry& reg, const std::string& id) {
   if (id != "latest") return id;
@@ -60,6 +71,9 @@ int Report(const GlobalOptions& global, const ReportFlags& flags) {
     auto id = ResolveRun(**reg, r);
     if (!id) return ReportError(id.error());
     request.runs.push_back(*id);
+  }
+  if (flags.no_baseline && !flags.baselines.empty()) {
+    return ReportError(Status::InvalidArgument("--no-baseline and --baseline contradict each other"));
   }
   request.baselines = flags.baselines;
   request.find_baseline = !flags.no_baseline;
@@ -112,7 +126,8 @@ int Repro(const GlobalOptions& global, const std::string& key, const std::string
   std::printf("\n# The case as stored (canonical JSON):\n%s\n", c.ToCanonicalJson().c_str());
   std::printf("\n# Replay it on a backend with the unit stage's inputs and judging:\n"
               "coverage --registry %s run --stage=unit --backend %s --case %s --run repro-%s-%d\n",
-              global.registry_path.c_str(), backend.c_str(), key.c_str(), key.c_str(), static_cast<int>(getpid()));
+              ShellWord(global.registry_path).c_str(), ShellWord(backend).c_str(), key.c_str(), key.c_str(),
+              static_cast<int>(getpid()));
   std::string device = "cpu";
   std::string preamble;
   if (backend == "cuda") device = "cuda";
@@ -155,6 +170,11 @@ Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Regis
     COV_ASSIGN_OR_RETURN(std::string text, ReadFile(expectations_path));
     COV_ASSIGN_OR_RETURN(options.expectations, reports::Expectations::FromJson(text, expectations_path));
   }
+  for (const auto& format : r.formats) {
+    if (format != "html" && format != "junit" && format != "json") {
+      return Status::InvalidArgument("--format: '" + format + "' is not html, junit or json");
+    }
+  }
   COV_ASSIGN_OR_RETURN(reports::Report report, reports::BuildReport(reg, options));
 
   std::string dir = r.out_dir;
@@ -166,7 +186,12 @@ Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Regis
   if (ec) return Status::IoError("cannot create the report folder '" + dir + "': " + ec.message());
   WrittenReports written;
   written.regressed = report.Regressed();
-  for (const auto& [change, n] : report.changes) written.changes[std::string(reports::ChangeName(change))] = n;
+  // Every change a result shows, not only its main one: a case that drifted
+  // and got slower counts for both.
+  for (const auto& [change, n] : report.changes) written.changes[std::string(reports::ChangeName(change))] += n;
+  for (const auto& c : report.cases) {
+    for (const auto& extra : c.extra_changes) ++written.changes[extra];
+  }
   for (const auto& format : r.formats) {
     std::string path, text;
     if (format == "html") {

@@ -150,12 +150,16 @@ Result<RunInfo> LoadRun(Registry& registry, const std::string& run_id) {
 
 bool IsUnitStage(const RunInfo& run) { return run.stage == "unit"; }
 
-// The options that decide verdicts (Note [Run diffs]): results judged under
-// other ones are not comparable.
+// What makes two runs comparable (Note [Run diffs]): the options that
+// decide verdicts, and what was run. A run's stored configuration minus
+// where it ran (shard, isolation) and the paths of its config files (their
+// contents are in the judging options' digests): a one-case replay
+// (`--case`), another filter or cost cap is not a baseline for a full run.
 nlohmann::json JudgingOptions(const RunInfo& run) {
   nlohmann::json j = nlohmann::json::parse(run.config_json, nullptr, false);
-  const char* member = IsUnitStage(run) ? "replay" : "checks";
-  return j.is_object() && j.contains(member) ? j[member] : nlohmann::json();
+  if (!j.is_object()) return nlohmann::json();
+  for (const char* k : {"shard", "isolation", "tolerances", "profiles"}) j.erase(k);
+  return j;
 }
 
 // The last finished run of the same stage and backend, started before `run`,
@@ -175,7 +179,7 @@ Result<std::pair<std::optional<RunInfo>, std::string>> FindBaseline(Registry& re
   std::string why = "no finished " + run.stage + " run on " + run.backend + " started before it";
   if (!rows.rows.empty()) {
     why = std::to_string(rows.rows.size()) + " earlier finished " + run.stage + " run(s) on " + run.backend +
-          " were judged with other options (" + (IsUnitStage(run) ? "replay" : "checks") + ")";
+          " ran other cases or were judged with other options";
   }
   return std::make_pair(std::optional<RunInfo>(), why);
 }
@@ -337,12 +341,12 @@ class Builder {
 
  private:
   Judged JudgeCase(const CaseEntry& c, bool count) {
-    const Expectation* e = options_.expectations.MatchCase(c.op, c.key, Words(c.dtypes));
+    const Expectation* e = options_.expectations.MatchCase(c.op, c.key, Words(c.dtypes), c.outcome);
     if (e != nullptr && count) ++matched_[e - options_.expectations.entries.data()];
     return Judge(c.outcome, e);
   }
   Judged JudgeItem(const std::string& model_id, const ModelItemEntry& item, bool count) {
-    const Expectation* e = options_.expectations.MatchModelItem(item.stage, model_id, item.item);
+    const Expectation* e = options_.expectations.MatchModelItem(item.stage, model_id, item.item, item.outcome);
     if (e != nullptr && count) ++matched_[e - options_.expectations.entries.data()];
     return Judge(item.outcome, e);
   }

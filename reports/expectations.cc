@@ -127,30 +127,42 @@ Result<Expectations> Expectations::FromJson(std::string_view text, std::string_v
   return out;
 }
 
+namespace {
+
+bool Lists(const Expectation& e, std::string_view outcome) {
+  return e.outcomes.empty() || std::find(e.outcomes.begin(), e.outcomes.end(), outcome) != e.outcomes.end();
+}
+
+}  // namespace
+
 const Expectation* Expectations::MatchCase(std::string_view op_qualified, std::string_view key,
-                                           const std::vector<std::string>& dtypes) const {
+                                           const std::vector<std::string>& dtypes, std::string_view outcome) const {
+  const Expectation* first = nullptr;
   for (const Expectation& e : entries) {
     if (!e.stage.empty() && e.stage != "unit") continue;
     if (!e.model.empty() || !e.item.empty()) continue;
     if (!e.op.empty() && !OpMatches(e.op, op_qualified)) continue;
     if (!e.key.empty() && e.key != key) continue;
     if (!e.dtype.empty() && std::find(dtypes.begin(), dtypes.end(), e.dtype) == dtypes.end()) continue;
-    return &e;
+    if (outcome.empty() || Lists(e, outcome)) return &e;
+    if (first == nullptr) first = &e;
   }
-  return nullptr;
+  return first;
 }
 
 const Expectation* Expectations::MatchModelItem(std::string_view stage, std::string_view model_id,
-                                                std::string_view item) const {
+                                                std::string_view item, std::string_view outcome) const {
   const std::string model(model_id);
+  const Expectation* first = nullptr;
   for (const Expectation& e : entries) {
     if (!e.stage.empty() && e.stage != stage) continue;
     if (e.stage == "unit" || !e.op.empty() || !e.key.empty() || !e.dtype.empty()) continue;
     if (!e.model.empty() && fnmatch(e.model.c_str(), model.c_str(), 0) != 0) continue;
     if (!e.item.empty() && e.item != item) continue;
-    return &e;
+    if (outcome.empty() || Lists(e, outcome)) return &e;
+    if (first == nullptr) first = &e;
   }
-  return nullptr;
+  return first;
 }
 
 }  // namespace coverage::reports

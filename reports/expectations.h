@@ -32,11 +32,13 @@ struct Expectations {
   // Parses {"backend": "sim", "expected_failures": [{..., "reason": "..."}]}.
   // Errors name `source`, the entry's index and the key.
   static Result<Expectations> FromJson(std::string_view json, std::string_view source);
-  // The first entry covering a unit case / a model item, or nullptr.
+  // The entry covering a unit case / a model item, or nullptr: the first
+  // whose `outcomes` list `outcome` (or is empty), else the first covering
+  // it at all (`outcome` empty: the first covering it).
   const Expectation* MatchCase(std::string_view op_qualified, std::string_view key,
-                               const std::vector<std::string>& dtypes) const;
-  const Expectation* MatchModelItem(std::string_view stage, std::string_view model_id,
-                                    std::string_view item) const;
+                               const std::vector<std::string>& dtypes, std::string_view outcome = "") const;
+  const Expectation* MatchModelItem(std::string_view stage, std::string_view model_id, std::string_view item,
+                                    std::string_view outcome = "") const;
 };
 
 }  // namespace coverage::reports

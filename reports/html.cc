@@ -495,7 +495,7 @@ void WriteModels(Out& out, const Report& report) {
     std::vector<const ModelItemEntry*> failing;
     for (const ModelItemEntry& item : model.items) {
       const auto outcome = OutcomeFromName(item.verdict);
-      if (outcome && IsUnexpectedFailure(*outcome)) failing.push_back(&item);
+      if (outcome && IsUnexpectedFailure(*outcome) && *outcome != Outcome::kUnexpectedPass) failing.push_back(&item);
     }
     if (failing.empty()) {
       out += "<p class=\"empty\">No failing items.</p>\n";

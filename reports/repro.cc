@@ -26,10 +26,13 @@ std::string PyDType(DType d) {
   return "torch.float32";
 }
 
+// Always a Python float (1.0, not 1): a Scalar's type decides promotion.
 std::string PyFloat(double v) {
   if (std::isnan(v)) return "float('nan')";
   if (std::isinf(v)) return v > 0 ? "float('inf')" : "float('-inf')";
-  return fmt::format("{}", v);
+  std::string text = fmt::format("{}", v);
+  if (text.find_first_of(".eE") == std::string::npos) text += ".0";
+  return text;
 }
 
 template <class T, class F>
@@ -80,7 +83,7 @@ std::string MakeTensor(const TensorSpec& t) {
     case ValueDomain::Kind::kBool: kind = "bool"; break;
   }
   auto ints = [](int64_t v) { return std::to_string(v); };
-  return fmt::format("make({}, {}, {}, {}, '{}', {}, {})", PyList(t.shape, ints), PyList(t.strides, ints),
+  return fmt::format("Input({}, {}, {}, {}, '{}', {}, {})", PyList(t.shape, ints), PyList(t.strides, ints),
                      t.storage_offset, PyDType(t.dtype), kind, t.domain.lo, t.domain.hi);
 }
 
@@ -113,37 +116,51 @@ std::string PythonRepro(const OpCase& c, uint64_t seed, const std::string& devic
      << "import torch\n\n"
      << "DEVICE = " << PyString(device) << "\n"
      << "torch.manual_seed(" << seed << ")\n\n"
-     << "def make(shape, stride, offset, dtype, domain, lo, hi):\n"
-     << "    # Storage for the strides and offset, filled in the case's value domain.\n"
-     << "    n = offset + 1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(shape) else offset + 1\n"
-     << "    if domain == 'integer':\n"
-     << "        flat = torch.randint(lo, hi, (n,))\n"
-     << "    elif domain == 'bool':\n"
-     << "        flat = torch.rand(n) < 0.5\n"
-     << "    elif domain == 'unit':\n"
-     << "        flat = torch.rand(n)\n"
-     << "    elif domain == 'positive':\n"
-     << "        flat = 0.5 + 1.5 * torch.rand(n)\n"
-     << "    elif domain == 'nonnegative':\n"
-     << "        flat = 2 * torch.rand(n)\n"
-     << "    elif domain == 'mask' and len(shape) >= 2:\n"
-     << "        return torch.full(shape, float('-inf')).triu(1).to(dtype)  # causal additive mask\n"
-     << "    else:\n"
-     << "        flat = 2 * torch.rand(n) - 1\n"
-     << "    return flat.to(dtype).as_strided(shape, stride, offset)\n\n"
-     << "def to(v, device):\n"
-     << "    if isinstance(v, torch.Tensor):\n"
-     << "        return v.to(device)\n"
+     << "class Input:\n"
+     << "    # One tensor argument: flat storage for its strides and offset, filled in\n"
+     << "    # the case's value domain, viewed with the same shape, strides and offset\n"
+     << "    # on whichever device it is placed.\n"
+     << "    def __init__(self, shape, stride, offset, dtype, domain, lo, hi):\n"
+     << "        self.shape, self.stride, self.offset = shape, stride, offset\n"
+     << "        n = offset + 1 + sum((s - 1) * st for s, st in zip(shape, stride)) if all(shape) else offset + 1\n"
+     << "        if domain == 'mask' and len(shape) >= 2:\n"
+     << "            self.flat, self.shape, self.stride, self.offset = (\n"
+     << "                torch.full(shape, float('-inf')).triu(1).to(dtype).reshape(-1), shape,\n"
+     << "                torch.empty(shape).stride(), 0)  # a causal additive mask\n"
+     << "            return\n"
+     << "        if domain == 'integer':\n"
+     << "            flat = torch.randint(lo, hi, (n,))\n"
+     << "        elif domain == 'bool' or dtype == torch.bool:\n"
+     << "            flat = torch.rand(n) < 0.5\n"
+     << "        elif not (dtype.is_floating_point or dtype.is_complex):\n"
+     << "            flat = torch.randint(0, 16, (n,))\n"
+     << "        elif domain == 'unit':\n"
+     << "            flat = torch.rand(n)\n"
+     << "        elif domain == 'positive':\n"
+     << "            flat = 0.5 + 1.5 * torch.rand(n)\n"
+     << "        elif domain == 'nonnegative':\n"
+     << "            flat = 2 * torch.rand(n)\n"
+     << "        else:\n"
+     << "            flat = 2 * torch.rand(n) - 1\n"
+     << "        self.flat = flat.to(dtype)\n"
+     << "    def on(self, device):\n"
+     << "        # A copy of the storage on the device (even on the CPU: ops that write\n"
+     << "        # their inputs must not share them between the two runs), viewed there.\n"
+     << "        return self.flat.clone().to(device).as_strided(self.shape, self.stride, self.offset)\n\n"
+     << "def on(v, device):\n"
+     << "    if isinstance(v, Input):\n"
+     << "        return v.on(device)\n"
      << "    if isinstance(v, list):\n"
-     << "        return [to(e, device) for e in v]\n"
+     << "        return [on(e, device) for e in v]\n"
+     << "    if isinstance(v, str) and v == '__device__':\n"
+     << "        return device\n"
      << "    return v\n\n"
      << "args = {\n";
   for (const Argument& a : c.args) py << "    " << PyString(a.name) << ": " << Value(a) << ",\n";
   py << "}\n"
      << "op = torch.ops." << ns << "." << op << "." << (c.overload.empty() ? "default" : c.overload) << "\n"
-     << "cpu_args = {k: ('cpu' if isinstance(v, str) and v == '__device__' else v) for k, v in args.items()}\n"
-     << "dev_args = {k: (DEVICE if isinstance(v, str) and v == '__device__' else to(v, DEVICE)) for k, v in "
-        "args.items()}\n"
+     << "cpu_args = {k: on(v, 'cpu') for k, v in args.items()}\n"
+     << "dev_args = {k: on(v, DEVICE) for k, v in args.items()}\n"
      << "ref = op(**cpu_args)\n"
      << "out = op(**dev_args)\n"
      << "refs = ref if isinstance(ref, (tuple, list)) else (ref,)\n"

@@ -15,7 +15,4 @@ set +e
 ./build/bin/coverage --registry "$REGISTRY" nightly --backend "${COVERAGE_BACKEND:-sim}" "$@"
 rc=$?
 set -e
-if [ "$rc" -eq 1 ]; then
-  echo "exit 1: something regressed against the previous run (see the report); harness errors exit 2"
-fi
 exit $rc

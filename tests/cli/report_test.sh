@@ -35,8 +35,8 @@ check "a first nightly without a baseline passes" test $? -eq 0 || tail -20 "$TM
 for f in report.html junit.xml report.json; do
   check "n1 wrote $f" test -s "$TMP/reports/n1/$f"
 done
-check "the report's path is printed" contains "$TMP/n1.out" "wrote $TMP/reports/n1/report.html"
-check "no baseline is said" grep -qi "baseline" "$TMP/reports/n1/report.json"
+check "the report's path is printed last" test "$(tail -1 "$TMP/n1.out")" = "report: $TMP/reports/n1/report.html"
+check "no baseline is said" grep -q "no baseline for run n1-unit" "$TMP/reports/n1/report.json"
 check "the HTML needs no network" bash -c "! grep -Eq '(src|href)=\"https?:' '$TMP/reports/n1/report.html'"
 
 # 2. A fault on relu: new failures, exit 1.
@@ -87,6 +87,13 @@ check "it ran exactly that case" contains "$TMP/replay.out" "1 planned"
 sed -n "/^cat > repro_.*<<'PY'$/,/^PY$/p" "$TMP/repro.out" | sed '1d;$d' > "$TMP/repro.py"
 check "the Python script parses" python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" "$TMP/repro.py"
 check "the script calls the aten overload" grep -q "torch.ops.aten.relu.default" "$TMP/repro.py"
+
+# The replay of one case is a run too, but no baseline for a full nightly:
+# a fault after it is a new failure against the last nightly.
+COVERAGE_SIM_FAULTS='[{"op": "aten::relu", "fault": "nan"}]' nightly n4
+check "after a repro replay, the next nightly compares with the last nightly" contains "$TMP/n4.out" "report of n4-unit against n3-unit"
+check "and its failures are new" contains "$TMP/n4.out" "$relu new_failure"
+check "repro's script writes floats as floats" bash -c "! grep -Eq \"'(eps|momentum|alpha|value)': [0-9]+,\" '$TMP/repro.py'"
 
 # 6. Bad input.
 "$BIN" --registry "$DB" repro 0000000000000000 > "$TMP/bad1.out" 2>&1

@@ -293,7 +293,42 @@ TEST_F(ReportBuild, NoBaselineWhenEveryEarlierRunWasJudgedDifferently) {
   Record("now", mm, Outcome::kPass);
   const Report r = Build({"now"});
   EXPECT_TRUE(r.baselines.empty());
-  EXPECT_TRUE(HasWarning(r, "judged with other options (replay)")) << ::testing::PrintToString(r.warnings);
+  EXPECT_TRUE(HasWarning(r, "judged with other options")) << ::testing::PrintToString(r.warnings);
+}
+
+TEST_F(ReportBuild, ARunOfOtherCasesIsNoBaselineButOneOnAnotherShardOrPathIs) {
+  const int64_t mm = Case(MmCase(1, 8, 8));
+  const std::string full = R"({"replay":{"golden":"auto","seed":0},"filters":{"cases":[]},"tolerances":"/a/t.json"})";
+  Run("nightly-1", "unit", "2026-01-01T00:00:00Z", true, "sim", full);
+  // `coverage repro`'s replay of one case, after the nightly: not comparable.
+  Run("repro", "unit", "2026-01-02T00:00:00Z", true, "sim",
+      R"({"replay":{"golden":"auto","seed":0},"filters":{"cases":["abc"]},"tolerances":"/a/t.json"})");
+  // Another checkout path and isolation mode: still the same run.
+  Run("nightly-2", "unit", "2026-01-03T00:00:00Z", true, "sim",
+      R"({"replay":{"golden":"auto","seed":0},"filters":{"cases":[]},"tolerances":"/b/t.json","isolation":"none"})");
+  for (const char* run : {"nightly-1", "repro", "nightly-2"}) Record(run, mm, Outcome::kPass);
+  const Report r = Build({"nightly-2"});
+  ASSERT_EQ(r.baselines.size(), 1u);
+  EXPECT_EQ(r.baselines[0].run_id, "nightly-1");
+}
+
+TEST_F(ReportBuild, TheExpectationListingTheOutcomeWinsOverAnEarlierOne) {
+  const int64_t mm = Case(MmCase(1, 8, 8));
+  Run("now", "unit", "2026-01-02T00:00:00Z");
+  Record("now", mm, Outcome::kCrash);
+  auto e = Expectations::FromJson(
+      R"({"backend": "sim", "expected_failures": [
+           {"op": "aten::mm", "outcomes": ["mismatch"], "reason": "bf16"},
+           {"op": "aten::mm", "outcomes": ["crash"], "reason": "known crash"}]})",
+      "e.json");
+  ASSERT_TRUE(e.has_value()) << e.error().ToString();
+  ReportOptions o;
+  o.run_ids = {"now"};
+  o.expectations = *e;
+  auto r = BuildReport(*reg_, o);
+  ASSERT_TRUE(r.has_value()) << r.error().ToString();
+  EXPECT_EQ(Entry(*r, mm).verdict, "expected_failure");
+  EXPECT_EQ(Entry(*r, mm).expectation, "known crash");
 }
 
 TEST_F(ReportBuild, ExplicitBaselineIsUsedWhateverItsOptions) {
