@@ -85,6 +85,14 @@ struct WrittenReports {
   std::vector<std::string> paths;
   bool regressed = false;                  // reports::Report::Regressed()
   std::map<std::string, int64_t> changes;  // change name -> cases and model items
+  // Op cases judged slower than the baseline, with the baseline's warm
+  // latency and spread, for the nightly to measure again.
+  struct PerfSuspect {
+    std::string key;
+    double base_warm_us = 0;
+    double base_spread_us = 0;
+  };
+  std::vector<PerfSuspect> perf_suspects;
 };
 // Builds the report, writes the files and prints a summary with their paths.
 Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Registry& reg, const ReportRequest& request);

@@ -2,6 +2,7 @@
 // HTML, JUnit XML and JSON. `coverage repro`: one case, reproducible.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -191,6 +192,12 @@ Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Regis
   for (const auto& [change, n] : report.changes) written.changes[std::string(reports::ChangeName(change))] += n;
   for (const auto& c : report.cases) {
     for (const auto& extra : c.extra_changes) ++written.changes[extra];
+    const bool slower = c.change == reports::Change::kPerfRegression ||
+                        std::find(c.extra_changes.begin(), c.extra_changes.end(),
+                                  reports::ChangeName(reports::Change::kPerfRegression)) != c.extra_changes.end();
+    if (slower && c.baseline_warm_us) {
+      written.perf_suspects.push_back({c.key, *c.baseline_warm_us, c.baseline_warm_spread_us.value_or(0)});
+    }
   }
   for (const auto& format : r.formats) {
     std::string path, text;

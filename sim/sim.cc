@@ -436,6 +436,9 @@ void FaultBeforeRunning(const FaultRule& r, const std::string& qualified) {
       std::abort();
     case FaultKind::kHang:
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    case FaultKind::kSlow:  // a slower kernel: right values, late
+      std::this_thread::sleep_for(std::chrono::microseconds(r.slow_us));
+      return;
     case FaultKind::kWrongValues:
     case FaultKind::kNan:
       return;

@@ -59,7 +59,7 @@ std::string ParseRule(const json& j, const std::string& source, FaultRule* rule)
       static const std::pair<const char*, FaultKind> kKinds[] = {
           {"wrong_values", FaultKind::kWrongValues}, {"nan", FaultKind::kNan},     {"unsupported", FaultKind::kUnsupported},
           {"error", FaultKind::kError},              {"crash", FaultKind::kCrash}, {"abort", FaultKind::kAbort},
-          {"hang", FaultKind::kHang}};
+          {"hang", FaultKind::kHang},                {"slow", FaultKind::kSlow}};
       bool found = false;
       for (const auto& [name, kind] : kKinds) {
         if (v.is_string() && v.get<std::string>() == name) {
@@ -67,9 +67,14 @@ std::string ParseRule(const json& j, const std::string& source, FaultRule* rule)
           found = true;
         }
       }
-      if (!found) return at + "expected one of wrong_values nan unsupported error crash abort hang, got " + v.dump();
+      if (!found) return at + "expected one of wrong_values nan unsupported error crash abort hang slow, got " + v.dump();
+    } else if (key == "us") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 60'000'000) {
+        return at + "expected microseconds, an integer from 0 to 60000000, got " + v.dump();
+      }
+      rule->slow_us = v.get<int64_t>();
     } else {
-      return at + "unknown key (known: op dtype shape dim attempts fault)";
+      return at + "unknown key (known: op dtype shape dim attempts fault us)";
     }
   }
   if (rule->op.empty()) return Where(source, "op") + "missing";

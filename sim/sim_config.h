@@ -15,7 +15,7 @@ enum class Numerics {
   kBf16Matmul,  // fp32 operands of matmul-like ops are rounded to bf16 first (fp32 accumulation)
 };
 
-enum class FaultKind { kWrongValues, kNan, kUnsupported, kError, kCrash, kAbort, kHang };
+enum class FaultKind { kWrongValues, kNan, kUnsupported, kError, kCrash, kAbort, kHang, kSlow };
 
 // One fault rule. An op matches when every given condition holds; see
 // Note [Sim fault matching] in sim.cc.
@@ -26,6 +26,7 @@ struct FaultRule {
   std::optional<int64_t> dim;                 // some dimension of the first tensor argument equals it
   std::vector<int64_t> attempts;              // fires only when $COVERAGE_ATTEMPT (default 1) is listed; empty: always
   FaultKind fault = FaultKind::kError;
+  int64_t slow_us = 1000;                     // kSlow: how long each matching call sleeps first
   std::string source;                         // where the rule came from, for messages: "COVERAGE_SIM_FAULTS[0]"
 };
 

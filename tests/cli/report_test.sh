@@ -95,6 +95,22 @@ check "after a repro replay, the next nightly compares with the last nightly" co
 check "and its failures are new" contains "$TMP/n4.out" "$relu new_failure"
 check "repro's script writes floats as floats" bash -c "! grep -Eq \"'(eps|momentum|alpha|value)': [0-9]+,\" '$TMP/repro.py'"
 
+# A slower kernel (sim's "slow" fault: 100 ms per relu call, far above the
+# noise of a loaded machine) is a
+# performance regression that survives being measured again.
+nightly n5  # clean, after n4's failures: the baseline for n6
+cat > "$TMP/perf.json" <<JSON
+{"backend": "sim", "stages": ["unit"], "report_dir": "$TMP/reports", "expectations": "$TMP/none.json",
+ "fail_on": ["new_failure", "drift", "perf_regression"]}
+JSON
+COVERAGE_SIM_FAULTS='[{"op": "aten::relu", "fault": "slow", "us": 100000}]' \
+  "$BIN" -q --registry "$DB" nightly --config "$TMP/perf.json" --run-id n6 > "$TMP/n6.out" 2>&1
+check "a slower kernel fails the nightly" test $? -eq 1 || tail -20 "$TMP/n6.out" >&2
+check "the slower cases are measured again" contains "$TMP/n6.out" "measuring them again"
+confirmed=$(grep -o '[0-9]* still are when measured again' "$TMP/n6.out" | cut -d' ' -f1)
+check "the relu slowdowns are confirmed" test "${confirmed:-0}" -ge "$relu"
+check "the re-measuring run is stored" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id = 'n6-perfcheck'")" -ge "$relu"
+
 # 6. Bad input.
 "$BIN" --registry "$DB" repro 0000000000000000 > "$TMP/bad1.out" 2>&1
 check "an unknown key is refused" test $? -eq 2

@@ -197,6 +197,7 @@ TEST(IsolatedCaseExecutor, ASpareThatDiedWhileWaitingIsReplacedNotAHarnessError)
   IsolationOptions o = ScriptedWorker(std::string("case \"$l\" in *\"[7,3]\"*) kill -SEGV $$;; *) ") + kPass + ";; esac", 0);
   o.spawn.args[1] = "n=$(cat " + counter + " 2>/dev/null || echo 0); n=$((n+1)); echo $n > " + counter +
                     "; [ $n = 2 ] && exit 7; " + o.spawn.args[1];
+  o.policy.standby = true;
   IsolatedCaseExecutor e(o);
   ASSERT_TRUE(e.Start().ok());
   for (int i = 0; i < 100 && std::ifstream(counter).peek() != '2'; ++i) usleep(10000);  // the spare has started and died
