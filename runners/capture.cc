@@ -7,7 +7,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/record_function.h>
-#include <torch/version.h>
 
 #include "core/check.h"
 #include "runners/cost.h"
@@ -128,21 +127,12 @@ bool DescribeTensor(const at::Tensor& t, bool with_domain, TensorSpec* spec, std
   return true;
 }
 
-// libtorch 2.x passes SymInt arguments as SymInt IValues (concrete in
-// eager mode); 1.13 passes plain ints.
-bool IsSymInt(const c10::IValue& v) {
-#if TORCH_VERSION_MAJOR >= 2
-  return v.isSymInt();
-#else
-  (void)v;
-  return false;
-#endif
-}
+// libtorch passes SymInt arguments as SymInt IValues (concrete in eager
+// mode) or as plain ints.
+bool IsSymInt(const c10::IValue& v) { return v.isSymInt(); }
 
 int64_t ToInt(const c10::IValue& v) {
-#if TORCH_VERSION_MAJOR >= 2
   if (v.isSymInt()) return v.toSymInt().expect_int();
-#endif
   return v.toInt();
 }
 

@@ -2,8 +2,9 @@
 // before other threads start; the app and the benchmarks do, libraries never.
 //
 // SetIntraOpThreads: ATen's intra-op thread count (0 = one per core the
-// process may run on). Debian's libtorch starts with the OpenMP default,
-// which on some machines is a single thread.
+// process may run on), which is also the count of the project's own
+// at::parallel_for loops: both use the OpenMP runtime libtorch ships with
+// (Note [One OpenMP runtime] in CMakeLists.txt).
 //
 // KeepFreedHostMemory: allocator tuning for replay. Replaying a case allocates large tensors
 // (inputs, goldens, outputs) again and again. glibc serves blocks over its

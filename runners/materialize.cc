@@ -337,9 +337,9 @@ Result<std::vector<c10::IValue>> MaterializedCase::Build(c10::Device device, boo
       case Argument::Kind::kTensor: out.emplace_back(MakeView(slot.tensor_ids[0], device, fresh_here, to_double, verify)); break;
       case Argument::Kind::kTensorList: {
         if (slot.optional_list) {
-          c10::List<c10::optional<at::Tensor>> list;
+          c10::List<std::optional<at::Tensor>> list;
           for (int id : slot.tensor_ids) {
-            list.push_back(id < 0 ? c10::optional<at::Tensor>() : c10::optional<at::Tensor>(MakeView(id, device, fresh_here, to_double, verify)));
+            list.push_back(id < 0 ? std::optional<at::Tensor>() : std::optional<at::Tensor>(MakeView(id, device, fresh_here, to_double, verify)));
           }
           out.emplace_back(std::move(list));
         } else {

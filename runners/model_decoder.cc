@@ -498,7 +498,7 @@ at::Tensor ApplyRope(const at::Tensor& x, const at::Tensor& cos3, const at::Tens
     case RopeStyle::kSlices: {
       const int64_t half = cos3.size(-1) / 2;
       at::Tensor c = cos3.slice(-1, 0, half).unsqueeze(dim), s = sin3.slice(-1, 0, half).unsqueeze(dim);
-      at::Tensor x1 = x.slice(-1, 0, c10::nullopt, 2), x2 = x.slice(-1, 1, c10::nullopt, 2);
+      at::Tensor x1 = x.slice(-1, 0, std::nullopt, 2), x2 = x.slice(-1, 1, std::nullopt, 2);
       return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
     }
     case RopeStyle::kGptOss: {
@@ -881,8 +881,8 @@ Status RunDecoder(const selection::Features& f, const BuildPlan& plan, const Cap
           at::Tensor token = at::where(expert_mask[e])[1];
           at::Tensor xs = flat.index({token});
           at::Tensor gate_up = at::matmul(xs, l.e_up[ue]) + l.e_gate_up_b[ue];
-          at::Tensor gate = gate_up.slice(-1, 0, c10::nullopt, 2), up = gate_up.slice(-1, 1, c10::nullopt, 2);
-          gate = gate.clamp(c10::nullopt, limit);
+          at::Tensor gate = gate_up.slice(-1, 0, std::nullopt, 2), up = gate_up.slice(-1, 1, std::nullopt, 2);
+          gate = gate.clamp(std::nullopt, limit);
           up = up.clamp(-limit, limit);
           at::Tensor glu = gate * at::sigmoid(gate * alpha);
           at::Tensor y = at::matmul((up + 1) * glu, l.e_down[ue]) + l.e_down_b[ue];

@@ -538,7 +538,7 @@ class Llama4Run : public TowerRun {
                                    double(freq_dim));
     at::Tensor freqs_x = ((fx + 1).unsqueeze(-1) * freq.view({1, 1, -1})).repeat_interleave(2, -1);
     at::Tensor freqs_y = ((fy + 1).unsqueeze(-1) * freq.view({1, 1, -1})).repeat_interleave(2, -1);
-    at::Tensor freqs = at::cat({freqs_x, freqs_y}, -1).to(at::kFloat).contiguous().slice(-1, 0, c10::nullopt, 2);
+    at::Tensor freqs = at::cat({freqs_x, freqs_y}, -1).to(at::kFloat).contiguous().slice(-1, 0, std::nullopt, 2);
     freqs = freqs.masked_fill(idx.view({-1, 1, 1}) < 0, 0);
     freqs_ci_ = at::view_as_complex(at::stack({at::cos(freqs), at::sin(freqs)}, -1).contiguous());
   }

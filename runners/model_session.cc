@@ -57,14 +57,14 @@ bool MoveArgument(c10::IValue& v, c10::Device device) {
     bool any_tensor = false;
     for (size_t i = 0; i < list.size(); ++i) any_tensor |= list.get(i).isTensor();
     if (!any_tensor) return false;
-    c10::List<c10::optional<at::Tensor>> out;
+    c10::List<std::optional<at::Tensor>> out;
     for (size_t i = 0; i < list.size(); ++i) {
       c10::IValue e = list.get(i);
       if (e.isTensor()) {
         moved |= e.toTensor().device() != device;
         out.push_back(ToDevice(e.toTensor(), device));
       } else {
-        out.push_back(c10::nullopt);
+        out.push_back(std::nullopt);
       }
     }
     if (moved) v = out;
@@ -180,13 +180,13 @@ c10::IValue Convert(const c10::IValue& v, bool to_cpu) {
     bool tensors = false;
     for (size_t i = 0; i < list.size(); ++i) tensors |= list.get(i).isTensor();
     if (!tensors) return v;
-    c10::List<c10::optional<at::Tensor>> out;
+    c10::List<std::optional<at::Tensor>> out;
     for (size_t i = 0; i < list.size(); ++i) {
       c10::IValue e = list.get(i);
       if (e.isTensor()) {
         out.push_back(one(e.toTensor()));
       } else {
-        out.push_back(c10::nullopt);
+        out.push_back(std::nullopt);
       }
     }
     return out;

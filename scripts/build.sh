@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # Configures and builds coverage into build/ (Ninja and ccache when present).
+# The build links the libtorch of the project venv (.venv/, scripts/setup.sh);
+# COVERAGE_TORCH_PYTHON=/path/to/python builds against that Python's torch
+# instead (a CUDA build, a nightly, the one a backend was built with).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
-if [[ ! -f build/CMakeCache.txt ]]; then
-  cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# ccache hits across clones in other folders (CI builds a fresh clone).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
+if [[ ! -f build/CMakeCache.txt || -n ${COVERAGE_TORCH_PYTHON:-} ]]; then
+  torch=()
+  if [[ -n ${COVERAGE_TORCH_PYTHON:-} ]]; then torch=(-DCOVERAGE_TORCH_PYTHON="$COVERAGE_TORCH_PYTHON"); fi
+  cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${torch[@]}"
 fi
 cmake --build build --parallel "$(nproc)"

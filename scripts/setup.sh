@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Installs every Debian package coverage needs, and the browser test's npm
-# packages (tests/browser). Idempotent: when everything is already there it
-# only runs one dpkg query and hashes one lock file (well under a second).
+# Installs every Debian package coverage needs, the project virtual
+# environment .venv/ with the pinned Python packages of requirements.txt
+# (PyTorch 2.13.0 CPU, whose libtorch the C++ build links, and
+# transformers), and the browser test's npm packages (tests/browser).
+# Idempotent: when everything is already there it only runs one dpkg query
+# and hashes two lock files (well under a second).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git sqlite3 python3
-  libtorch-dev libopenblas0-pthread
   libcurl4-openssl-dev nlohmann-json3-dev libsqlite3-dev
   libgtest-dev libgmock-dev libtbb-dev libcli11-dev libfmt-dev libspdlog-dev
   libbenchmark-dev libcpp-httplib-dev
@@ -35,6 +37,21 @@ else
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
   echo "setup: packages done"
+fi
+
+# The project venv, exactly as pinned; again only when it is missing or
+# requirements.txt changed since the last install. pip takes torch 2.13.0
+# (CPU) from the wheel on this machine's disk where there is one.
+VENV=.venv
+VSTAMP=$VENV/.setup-requirements-sha256
+req_sum=$(sha256sum requirements.txt | cut -d' ' -f1)
+if [[ ! -x $VENV/bin/python || ! -f $VSTAMP || $(<"$VSTAMP") != "$req_sum" ]]; then
+  echo "setup: installing requirements.txt into $VENV"
+  [[ -x $VENV/bin/python ]] || python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt
+  echo "$req_sum" >"$VSTAMP"
+else
+  echo "setup: $VENV matches requirements.txt"
 fi
 
 # The browser test's packages, exactly as locked; again only when
