@@ -1,6 +1,8 @@
 // The simulated PrivateUse1 device ("sim"): an out-of-tree backend plugin that
-// registers itself the way a real accelerator's PyTorch extension does (an
-// allocator, a device guard, ATen kernels for PrivateUse1 and a boxed
+// registers itself the way a real accelerator's PyTorch 2.x extension does
+// (the device renamed from privateuseone to "sim", an allocator, a device
+// guard with streams and events, the PrivateUse1 hooks with a generator per
+// device and a host allocator, ATen kernels for PrivateUse1 and a boxed
 // fallback), with host memory behind it. See sim/README.md for what it
 // simulates and how it is configured.
 //
@@ -20,7 +22,9 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/core/Allocator.h>
@@ -33,14 +37,18 @@
 #include "runners/plugin_abi.h"
 #include "sim/sim_config.h"
 
-// Allocator::allocate lost its const and gained copy_data in libtorch 2.3.
-#define SIM_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+// The name the device registers (c10::register_privateuse1_backend): tensors
+// print as "sim:0" and Python sees torch.sim. The build gives another name to
+// the test plugin made from these sources (tests/support/plugin).
+#ifndef COVERAGE_SIM_DEVICE_NAME
+#define COVERAGE_SIM_DEVICE_NAME "sim"
+#endif
 
 namespace coverage::sim {
 namespace {
 
 constexpr c10::DeviceType kSimType = c10::DeviceType::PrivateUse1;
+constexpr const char* kDeviceName = COVERAGE_SIM_DEVICE_NAME;
 const c10::Device kSimDevice(kSimType, 0);
 
 // Process-wide state. Never destroyed: kernels and deleters may still run
@@ -79,11 +87,7 @@ void SimFree(void* p) {
 
 class SimAllocator final : public c10::Allocator {
  public:
-#if SIM_TORCH_AT_LEAST(2, 3)
   c10::DataPtr allocate(size_t n) override {
-#else
-  c10::DataPtr allocate(size_t n) const override {
-#endif
     void* p = nullptr;
     if (n > 0) {
       p = std::aligned_alloc(64, (n + 63) / 64 * 64);
@@ -97,9 +101,7 @@ class SimAllocator final : public c10::Allocator {
     return c10::DataPtr(p, p, &SimFree, kSimDevice);
   }
   c10::DeleterFnPtr raw_deleter() const override { return &SimFree; }
-#if SIM_TORCH_AT_LEAST(2, 3)
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
-#endif
 };
 
 SimAllocator& TheAllocator() {
@@ -108,12 +110,30 @@ SimAllocator& TheAllocator() {
 }
 
 // ---------------------------------------------------------------------------
-// Device guard: one device, privateuseone:0, one stream.
+// Device guard: one device, sim:0. Note [Sim streams and events]: sim runs
+// every op to completion on the calling thread, so it is synchronous like a
+// device whose queues are always drained: streams are ids (0 the default,
+// 1..kStreams-1 a pool handed out round-robin, the current one per thread),
+// recording an event stamps the host clock, waiting on one returns at once,
+// and elapsedTime is the time between two stamps. That is what autograd's
+// engine, torch.accelerator and stream-aware callers need of a device.
+
+constexpr c10::StreamId kStreams = 32;
 
 void CheckDevice(c10::Device d) {
-  TORCH_CHECK(d.type() == kSimType && (!d.has_index() || d.index() == 0),
-              "sim has one device, privateuseone:0; got ", d);
+  TORCH_CHECK(d.type() == kSimType && (!d.has_index() || d.index() == 0), kDeviceName, " has one device, ",
+              kDeviceName, ":0; got ", d);
 }
+
+c10::StreamId& CurrentStreamId() {
+  thread_local c10::StreamId id = 0;
+  return id;
+}
+
+struct SimEvent {
+  std::chrono::steady_clock::time_point stamp;
+  bool recorded = false;
+};
 
 class SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
  public:
@@ -125,11 +145,104 @@ class SimGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Device getDevice() const override { return kSimDevice; }
   void setDevice(c10::Device d) const override { CheckDevice(d); }
   void uncheckedSetDevice(c10::Device) const noexcept override {}
-  c10::Stream getStream(c10::Device) const noexcept override { return c10::Stream(c10::Stream::DEFAULT, kSimDevice); }
-  c10::Stream exchangeStream(c10::Stream) const noexcept override {
-    return c10::Stream(c10::Stream::DEFAULT, kSimDevice);
+  c10::Stream getStream(c10::Device) const noexcept override { return StreamOf(CurrentStreamId()); }
+  c10::Stream getDefaultStream(c10::Device) const override { return StreamOf(0); }
+  c10::Stream getStreamFromGlobalPool(c10::Device, bool) const override { return NextPoolStream(); }
+  c10::Stream getNewStream(c10::Device, int) const override { return NextPoolStream(); }
+  c10::Stream exchangeStream(c10::Stream s) const noexcept override {
+    const c10::StreamId previous = CurrentStreamId();
+    CurrentStreamId() = s.id();
+    return StreamOf(previous);
   }
   c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag) const override {
+    CheckDevice(c10::Device(kSimType, device_index < 0 ? 0 : device_index));
+    CheckDevice(stream.device());
+    if (*event == nullptr) *event = new SimEvent;
+    auto* e = static_cast<SimEvent*>(*event);
+    e->stamp = std::chrono::steady_clock::now();
+    e->recorded = true;
+  }
+  void block(void*, const c10::Stream& stream) const override { CheckDevice(stream.device()); }
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override { delete static_cast<SimEvent*>(event); }
+  void synchronizeEvent(void*) const override {}
+  bool queryStream(const c10::Stream& stream) const override {
+    CheckDevice(stream.device());
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& stream) const override { CheckDevice(stream.device()); }
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override {
+    CheckDevice(c10::Device(kSimType, device_index < 0 ? 0 : device_index));
+  }
+  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex) const override {
+    auto* a = static_cast<SimEvent*>(start);
+    auto* b = static_cast<SimEvent*>(end);
+    TORCH_CHECK(a != nullptr && b != nullptr && a->recorded && b->recorded, kDeviceName,
+                ": both events must be recorded before elapsedTime");
+    return std::chrono::duration<double, std::milli>(b->stamp - a->stamp).count();
+  }
+
+ private:
+  static c10::Stream StreamOf(c10::StreamId id) { return c10::Stream(c10::Stream::UNSAFE, kSimDevice, id); }
+  static c10::Stream NextPoolStream() {
+    static std::atomic<c10::StreamId> next{0};
+    return StreamOf(1 + next.fetch_add(1) % (kStreams - 1));
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Generators and hooks: what PyTorch 2.x asks of an accelerator beyond memory
+// and kernels (at::manual_seed, torch.Generator(device="sim"),
+// torch.accelerator, pinned memory).
+
+// A generator of sim:0: the Philox-free CPU engine (mt19937) with the device
+// and dispatch key of sim, as OpenReg's generator is. Random ops reach the
+// host fallback, which runs them on a CPU generator holding this one's state
+// and hands the advanced state back (Note [Sim generators]).
+class SimGenerator final : public at::CPUGeneratorImpl {
+ public:
+  explicit SimGenerator(c10::DeviceIndex index) {
+    device_ = c10::Device(kSimType, index);
+    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+  }
+};
+
+const at::Generator& DefaultGenerator(c10::DeviceIndex index) {
+  CheckDevice(c10::Device(kSimType, index < 0 ? 0 : index));
+  static const at::Generator* generator = new at::Generator(at::make_generator<SimGenerator>(0));
+  return *generator;
+}
+
+class SimHooks final : public at::PrivateUse1HooksInterface {
+ public:
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex index) const override {
+    CheckDevice(c10::Device(kSimType, index));
+    return true;
+  }
+  c10::DeviceIndex deviceCount() const override { return 1; }
+  void setCurrentDevice(c10::DeviceIndex index) const override { CheckDevice(c10::Device(kSimType, index)); }
+  c10::DeviceIndex getCurrentDevice() const override { return 0; }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex index) const override {
+    CheckDevice(c10::Device(kSimType, index));
+    return 0;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex index) const override { return exchangeDevice(index); }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override { return DefaultGenerator(index); }
+  at::Generator getNewGenerator(c10::DeviceIndex index) const override {
+    CheckDevice(c10::Device(kSimType, index < 0 ? 0 : index));
+    return at::make_generator<SimGenerator>(index < 0 ? 0 : index);
+  }
+  at::Device getDeviceFromPtr(void*) const override { return kSimDevice; }
+  // Device memory is host memory: the host allocator pins nothing.
+  bool isPinnedPtr(const void*) const override { return false; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override;
 };
 
 // ---------------------------------------------------------------------------
@@ -153,7 +266,7 @@ at::Tensor TensorOver(c10::Storage storage, c10::DispatchKeySet keys, caffe2::Ty
   return t;
 }
 
-at::Tensor EmptySim(c10::IntArrayRef size, c10::ScalarType dtype, c10::optional<c10::MemoryFormat> format) {
+at::Tensor EmptySim(c10::IntArrayRef size, c10::ScalarType dtype, std::optional<c10::MemoryFormat> format) {
   return at::detail::empty_generic(size, &TheAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype,
                                    format);
 }
@@ -185,7 +298,7 @@ at::Tensor OnHost(const at::Tensor& t) { return IsSim(t) ? HostView(t) : t; }
 // A fresh sim tensor with the values (and, when dense, the strides) of `cpu`.
 at::Tensor SimCopyOf(const at::Tensor& cpu) {
   at::Tensor sim = cpu.is_non_overlapping_and_dense() ? EmptyStridedSim(cpu.sizes(), cpu.strides(), cpu.scalar_type())
-                                                      : EmptySim(cpu.sizes(), cpu.scalar_type(), c10::nullopt);
+                                                      : EmptySim(cpu.sizes(), cpu.scalar_type(), std::nullopt);
   if (cpu.numel() > 0) HostView(sim).copy_(cpu);
   Count("copies_to_device");
   return sim;
@@ -200,6 +313,11 @@ void ReplaceStorageBytes(const c10::Storage& s, size_t nbytes, const void* src, 
   s.set_nbytes(nbytes);
 }
 
+// Storage.resize_() of a sim storage (Python's untyped_storage().resize_()).
+void SimHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const {
+  ReplaceStorageBytes(storage, nbytes, storage.data_ptr().get(), storage.nbytes());
+}
+
 std::string QualifiedName(const c10::OperatorHandle& op) {
   const auto& n = op.operator_name();
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
@@ -207,8 +325,8 @@ std::string QualifiedName(const c10::OperatorHandle& op) {
 
 // ---------------------------------------------------------------------------
 // Native kernels: what cannot go through the host fallback because it makes
-// or reshapes sim memory itself. All boxed, so that the same code registers
-// against libtorch 1.13 and 2.x whatever their SymInt signatures.
+// or reshapes sim memory itself. All boxed, so that they register whatever
+// the SymInt signatures of the libtorch they are built against.
 
 c10::ScalarType DTypeArg(const c10::IValue& v) {
   return v.isNone() ? c10::typeMetaToScalarType(c10::get_default_dtype()) : v.toScalarType();
@@ -224,7 +342,7 @@ void CheckFactoryArgs(const c10::IValue& layout, const c10::IValue& device) {
 void Empty(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto args = torch::jit::pop(*stack, op.schema().arguments().size());
   CheckFactoryArgs(args[2], args[3]);
-  c10::optional<c10::MemoryFormat> format;
+  std::optional<c10::MemoryFormat> format;
   if (!args[5].isNone()) format = args[5].toMemoryFormat();
   torch::jit::push(*stack, EmptySim(args[0].toIntVector(), DTypeArg(args[1]), format));
 }
@@ -238,7 +356,7 @@ void EmptyStrided(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void CopyValues(const at::Tensor& dst, const at::Tensor& src) {
   TORCH_CHECK((IsSim(dst) || dst.device().is_cpu()) && (IsSim(src) || src.device().is_cpu()),
-              "sim copies between privateuseone and cpu only, got ", src.device(), " -> ", dst.device());
+              kDeviceName, " copies between ", kDeviceName, " and cpu only, got ", src.device(), " -> ", dst.device());
   Count(IsSim(dst) && IsSim(src) ? "copies_device_to_device" : IsSim(dst) ? "copies_to_device" : "copies_to_host");
   if (dst.numel() == 0) return;
   OnHost(dst).copy_(OnHost(src));
@@ -258,7 +376,7 @@ void CopyFrom(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   torch::jit::push(*stack, args[1]);
 }
 
-void ResizeSim(const at::Tensor& self, c10::IntArrayRef size, c10::optional<c10::MemoryFormat> format) {
+void ResizeSim(const at::Tensor& self, c10::IntArrayRef size, std::optional<c10::MemoryFormat> format) {
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
   if (format && *format != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(*format);
@@ -274,7 +392,7 @@ void CopyFromAndResize(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   const at::Tensor& src = args[0].toTensor();
   const at::Tensor& dst = args[1].toTensor();
   if (IsSim(dst)) {
-    ResizeSim(dst, src.sizes(), c10::nullopt);
+    ResizeSim(dst, src.sizes(), std::nullopt);
   } else {
     dst.resize_(src.sizes());
   }
@@ -285,7 +403,7 @@ void CopyFromAndResize(const c10::OperatorHandle&, torch::jit::Stack* stack) {
 // resize_(Tensor(a!) self, SymInt[] size, *, MemoryFormat? memory_format=None) -> Tensor(a!)
 void Resize(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   auto args = torch::jit::pop(*stack, 3);
-  c10::optional<c10::MemoryFormat> format;
+  std::optional<c10::MemoryFormat> format;
   if (!args[2].isNone()) format = args[2].toMemoryFormat();
   ResizeSim(args[0].toTensor(), args[1].toIntVector(), format);
   torch::jit::push(*stack, args[0]);
@@ -293,7 +411,7 @@ void Resize(const c10::OperatorHandle&, torch::jit::Stack* stack) {
 
 void SetTo(const at::Tensor& self, const c10::Storage& storage, int64_t offset, c10::IntArrayRef sizes,
            c10::IntArrayRef strides) {
-  TORCH_CHECK(storage.device().type() == kSimType || storage.nbytes() == 0, "sim: set_ needs privateuseone storage, got ",
+  TORCH_CHECK(storage.device().type() == kSimType || storage.nbytes() == 0, kDeviceName, ": set_ needs ", kDeviceName, " storage, got ",
               storage.device());
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
   if (!impl->storage().is_alias_of(storage)) impl->set_storage_keep_dtype(storage);
@@ -532,9 +650,9 @@ c10::IValue MapTensors(const c10::IValue& v, const std::function<at::Tensor(cons
     const c10::TypePtr& element = in.elementType();
     if (element->kind() == c10::TypeKind::OptionalType &&
         element->expectRef<c10::OptionalType>().getElementType()->kind() == c10::TypeKind::TensorType) {
-      c10::List<c10::optional<at::Tensor>> out;
+      c10::List<std::optional<at::Tensor>> out;
       for (const c10::IValue& e : in) {
-        out.push_back(e.isNone() ? c10::optional<at::Tensor>() : c10::optional<at::Tensor>(fn(e.toTensor())));
+        out.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(fn(e.toTensor())));
       }
       return c10::IValue(out);
     }
@@ -554,9 +672,23 @@ struct Alias {
 
 class HostCall {
  public:
-  // Converts one argument: sim tensors to host views, devices to cpu.
-  c10::IValue ToHost(const c10::IValue& v, bool round_fp32) {
+  // Converts one argument: sim tensors to host views, devices to cpu, sim
+  // generators to CPU generators holding their state. `generator_arg` says
+  // the schema takes a Generator? here: None stands for sim's default
+  // generator, as on a device (Note [Sim generators]).
+  c10::IValue ToHost(const c10::IValue& v, bool round_fp32, bool generator_arg) {
     if (v.isDevice() && v.toDevice().type() == kSimType) return c10::IValue(c10::Device(c10::kCPU));
+    if (generator_arg && (v.isNone() || v.isGenerator())) {
+      at::Generator sim = v.isNone() ? DefaultGenerator(0) : v.toGenerator();
+      if (sim.device().type() != kSimType) return v;
+      at::Generator cpu = at::make_generator<at::CPUGeneratorImpl>();
+      {
+        std::lock_guard<std::mutex> lock(sim.mutex());
+        cpu.set_state(sim.get_state());
+      }
+      generators_.emplace_back(sim, cpu);
+      return c10::IValue(cpu);
+    }
     return MapTensors(v, [&](const at::Tensor& t) { return ToHostTensor(t, round_fp32); });
   }
 
@@ -564,6 +696,10 @@ class HostCall {
   // whose storage was resized or replaced gets fresh sim bytes, and one
   // whose geometry changed (resize_, as_strided_, squeeze_) passes it on.
   void SyncBack() {
+    for (auto& [sim, cpu] : generators_) {
+      std::lock_guard<std::mutex> lock(sim.mutex());
+      sim.set_state(cpu.get_state());
+    }
     for (Alias& a : aliases_) {
       const c10::Storage& hs = a.host.storage();
       if (hs.unsafeGetStorageImpl() != a.storage || static_cast<const char*>(hs.data_ptr().get()) != a.data ||
@@ -580,8 +716,8 @@ class HostCall {
   }
 
   // The sim tensor of the same memory when `t` is (a view of) a sim argument.
-  c10::optional<at::Tensor> SimAliasOf(const at::Tensor& t) const {
-    if (!t.defined() || !t.has_storage()) return c10::nullopt;
+  std::optional<at::Tensor> SimAliasOf(const at::Tensor& t) const {
+    if (!t.defined() || !t.has_storage()) return std::nullopt;
     const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
     const char* p = static_cast<const char*>(t.storage().data_ptr().get());
     for (const Alias& a : aliases_) {
@@ -598,7 +734,7 @@ class HostCall {
         }
       }
     }
-    return c10::nullopt;
+    return std::nullopt;
   }
 
   // Converts one result: a CPU tensor in a sim argument's memory becomes a
@@ -628,7 +764,23 @@ class HostCall {
   }
 
   std::vector<Alias> aliases_;
+  std::vector<std::pair<at::Generator, at::Generator>> generators_;  // (sim, its CPU stand-in)
 };
+
+// Note [Sim generators]: a random op on sim (normal_, uniform_, bernoulli,
+// randperm, ...) draws from sim's generator, never the host's: its
+// Generator? argument, or sim's default generator when it is None. Since the
+// kernel runs on the host, it gets a CPU generator with that state, and the
+// state it leaves is copied back, so a seeded sequence of random ops on sim
+// is reproducible and independent of the CPU's. Random results are compared
+// by shape and dtype only (runners/replay.cc), so the streams need not equal
+// the CPU reference's.
+bool IsGeneratorArgument(const c10::Argument& a) {
+  const c10::TypePtr& t = a.type();
+  if (t->kind() == c10::TypeKind::GeneratorType) return true;
+  return t->kind() == c10::TypeKind::OptionalType &&
+         t->expectRef<c10::OptionalType>().getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
 
 // Note [Host fallback]: every op without a native sim kernel lands here. The
 // sim arguments are shown to ATen's CPU kernel as host views (Note [Host
@@ -655,8 +807,8 @@ void RefuseMixedDevices(const c10::FunctionSchema& schema, const std::string& qu
     });
   }
   TORCH_CHECK(!any_sim || host_arg.empty(),
-              "Expected all tensors to be on the same device, but found at least two devices, privateuseone:0 and "
-              "cpu! (when checking argument '", host_arg, "' of ", qualified, ")");
+              "Expected all tensors to be on the same device, but found at least two devices, ", kSimDevice,
+              " and cpu! (when checking argument '", host_arg, "' of ", qualified, ")");
 }
 
 void HostFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -684,7 +836,7 @@ void HostFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   torch::jit::Stack host;
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::Argument& a = schema.arguments()[i];
-    host.push_back(call.ToHost(args[i], round && !Writes(a) && IsMatmulOperand(bare, a.name())));
+    host.push_back(call.ToHost(args[i], round && !Writes(a) && IsMatmulOperand(bare, a.name()), IsGeneratorArgument(a)));
   }
   if (round) Count("bf16_matmul_ops");
 
@@ -741,10 +893,17 @@ void HostFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 // Registration (static, as every PyTorch device extension does: loading the
 // library is what makes the device exist).
 
+// The name first: c10 accepts it only before any tensor of the device exists.
+const bool kDeviceNamed = [] {
+  c10::register_privateuse1_backend(kDeviceName);
+  return true;
+}();
+
 C10_REGISTER_GUARD_IMPL(PrivateUse1, SimGuardImpl);
 
 const bool kAllocatorSet = [] {
   c10::SetAllocator(kSimType, &TheAllocator());
+  at::RegisterPrivateUse1HooksInterface(new SimHooks);
   return true;
 }();
 
@@ -809,7 +968,7 @@ SIM_EXPORT const char* coverage_backend_init(void) {
 }
 
 SIM_EXPORT const char* coverage_backend_version(void) {
-  static const std::string version = std::string("sim 1.0 (host memory, libtorch ") + TORCH_VERSION + ")";
+  static const std::string version = std::string(COVERAGE_SIM_DEVICE_NAME) + " 2.0 (simulated; host memory, libtorch " + TORCH_VERSION + ")";
   return version.c_str();
 }
 

@@ -12,7 +12,11 @@
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <ATen/DeviceAccelerator.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
@@ -87,6 +91,94 @@ TEST_F(SimOps, TensorsReallyLiveOnPrivateUse1) {
   EXPECT_EQ(s.device(), kSim);
   EXPECT_NE(s.data_ptr(), c.data_ptr());
   EXPECT_TRUE(at::equal(s.cpu(), c));
+}
+
+// What PyTorch 2.x asks of a well-formed PrivateUse1 device: a name of its
+// own, hooks, streams and events, a generator, autograd.
+TEST_F(SimOps, RenamesTheDeviceAndRegistersHooks) {
+  EXPECT_EQ(c10::get_privateuse1_backend(), "sim");
+  EXPECT_EQ(c10::Device("sim:0"), kSim);
+  EXPECT_EQ(kSim.str(), "sim:0");
+  EXPECT_EQ(OnSim(at::ones({2})).device().str(), "sim:0");
+  ASSERT_TRUE(at::isPrivateUse1HooksRegistered());
+  const auto& hooks = at::detail::getPrivateUse1Hooks();
+  EXPECT_TRUE(hooks.isAvailable());
+  EXPECT_TRUE(hooks.hasPrimaryContext(0));
+  EXPECT_EQ(hooks.getDeviceFromPtr(nullptr), kSim);
+  EXPECT_NE(hooks.getPinnedMemoryAllocator(), nullptr);
+  // torch.accelerator's calls.
+  EXPECT_EQ(at::getAccelerator(), c10::DeviceType::PrivateUse1);
+  EXPECT_EQ(at::accelerator::deviceCount(), 1);
+  EXPECT_EQ(at::accelerator::getDeviceIndex(), 0);
+  at::accelerator::setDeviceIndex(0);
+  at::accelerator::synchronizeDevice(0);
+  EXPECT_THROW(at::accelerator::setDeviceIndex(1), c10::Error);
+}
+
+TEST_F(SimOps, StreamsAndEventsWorkAsOnADevice) {
+  c10::impl::VirtualGuardImpl guard(c10::DeviceType::PrivateUse1);
+  const c10::Stream default_stream = guard.getDefaultStream(kSim);
+  EXPECT_EQ(at::accelerator::getCurrentStream(0), default_stream);
+  const c10::Stream side = guard.getNewStream(kSim);
+  EXPECT_NE(side, default_stream);
+  {
+    c10::StreamGuard on_side(side);
+    EXPECT_EQ(at::accelerator::getCurrentStream(0), side);
+    c10::Event start(c10::DeviceType::PrivateUse1, c10::EventFlag::BACKEND_DEFAULT);
+    c10::Event end(c10::DeviceType::PrivateUse1, c10::EventFlag::BACKEND_DEFAULT);
+    start.record(side);
+    at::Tensor work = at::mm(OnSim(at::randn({64, 64})), OnSim(at::randn({64, 64})));
+    end.record(side);
+    end.block(default_stream);
+    EXPECT_TRUE(end.query());
+    end.synchronize();
+    EXPECT_GE(start.elapsedTime(end), 0.0);
+    EXPECT_EQ(work.device(), kSim);
+  }
+  EXPECT_EQ(at::accelerator::getCurrentStream(0), default_stream);
+}
+
+TEST_F(SimOps, ManualSeedSeedsSimsOwnGenerator) {
+  const auto opts = at::TensorOptions().device(kSim);
+  at::manual_seed(7);
+  at::Tensor first = at::randn({256}, opts);
+  at::Tensor second = at::randn({256}, opts);
+  EXPECT_EQ(first.device(), kSim);
+  EXPECT_FALSE(at::equal(first.cpu(), second.cpu())) << "sim's generator advances";
+  at::manual_seed(7);
+  EXPECT_TRUE(at::equal(at::randn({256}, opts).cpu(), first.cpu())) << "reseeding replays the stream";
+  // Draws on sim leave the CPU generator alone.
+  at::manual_seed(11);
+  const at::Tensor cpu_only = at::randn({16});
+  at::manual_seed(11);
+  (void)at::randn({1024}, opts);
+  EXPECT_TRUE(at::equal(at::randn({16}), cpu_only));
+  // A generator made for the device, passed explicitly.
+  at::Generator g = at::detail::getPrivateUse1Hooks().getNewGenerator(0);
+  EXPECT_EQ(g.device(), kSim);
+  g.set_current_seed(3);
+  at::Tensor a = at::empty({64}, opts).normal_(0.0, 1.0, g);
+  g.set_current_seed(3);
+  at::Tensor b = at::empty({64}, opts).normal_(0.0, 1.0, g);
+  EXPECT_TRUE(at::equal(a.cpu(), b.cpu()));
+  EXPECT_EQ(at::globalContext().defaultGenerator(kSim).device(), kSim);
+}
+
+TEST_F(SimOps, BackwardRunsOnSimAndMatchesCpu) {
+  const at::Tensor x = at::randn({8, 16}), w = at::randn({16, 4}), bias = at::randn({4});
+  auto loss_of = [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+    return at::log_softmax(at::tanh(at::linear(x, w.t(), b)), 1).sum();
+  };
+  at::Tensor cw = w.clone().requires_grad_(), cb = bias.clone().requires_grad_();
+  loss_of(x, cw, cb).backward();
+  at::Tensor sw = OnSim(w).requires_grad_(), sb = OnSim(bias).requires_grad_();
+  at::Tensor loss = loss_of(OnSim(x), sw, sb);
+  EXPECT_EQ(loss.device(), kSim);
+  loss.backward();
+  ASSERT_TRUE(sw.grad().defined());
+  EXPECT_EQ(sw.grad().device(), kSim);
+  EXPECT_TRUE(at::allclose(sw.grad().cpu(), cw.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(sb.grad().cpu(), cb.grad(), 1e-5, 1e-6));
 }
 
 TEST_F(SimOps, CopiesInEveryDirection) {
@@ -196,11 +288,11 @@ TEST_F(SimOps, TensorListsAndOptionalTensorLists) {
   ExpectSame(at::stack({OnSim(a), OnSim(a)}, 1), at::stack({a, a}, 1), "stack");
   at::Tensor x = at::randn({5, 6});
   at::Tensor rows = at::tensor({4, 0, 2}, at::kLong), cols = at::tensor({1, 5, 3}, at::kLong);
-  c10::List<c10::optional<at::Tensor>> idx_cpu({rows, c10::optional<at::Tensor>()});
-  c10::List<c10::optional<at::Tensor>> idx_sim({OnSim(rows), c10::optional<at::Tensor>()});
+  c10::List<std::optional<at::Tensor>> idx_cpu({rows, std::optional<at::Tensor>()});
+  c10::List<std::optional<at::Tensor>> idx_sim({OnSim(rows), std::optional<at::Tensor>()});
   ExpectSame(at::index(OnSim(x), idx_sim), at::index(x, idx_cpu), "index with None");
-  c10::List<c10::optional<at::Tensor>> both_cpu({rows, cols});
-  c10::List<c10::optional<at::Tensor>> both_sim({OnSim(rows), OnSim(cols)});
+  c10::List<std::optional<at::Tensor>> both_cpu({rows, cols});
+  c10::List<std::optional<at::Tensor>> both_sim({OnSim(rows), OnSim(cols)});
   ExpectSame(at::index(OnSim(x), both_sim), at::index(x, both_cpu), "index");
   at::Tensor sx = OnSim(x);
   sx.index_put_(both_sim, OnSim(at::ones({3})));
