@@ -46,6 +46,18 @@ check "the error names the file and the key" grep -q "bad.json: key 'numerics'" 
 check "a missing plugin is refused with exit 2" test $? -eq 2
 check "the error names the plugin" grep -q "'/nonexistent/plugin.so': no such file" "$TMP/missing.out"
 
+if [[ -n "${TESTDEV_PLUGIN:-}" ]]; then
+  # A third-party plugin that renames its device and keeps its kernels in a
+  # library beside it (tests/support/plugin), in worker processes.
+  COVERAGE_SIM_CONFIG="$TMP/exact.json" "$BIN" -q --registry "$DB" run --stage=unit --backend "privateuse1:$TESTDEV_PLUGIN" \
+    --op relu --op add --run testdev >"$TMP/testdev.out" 2>&1
+  check "a renamed third-party plugin runs cases and they pass" test $? -eq 0 || cat "$TMP/testdev.out" >&2
+  check "its cases were run, not skipped" \
+    test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id = 'testdev' AND outcome = 'pass'")" -gt 0
+  check "the run records the libtorch it ran on" \
+    grep -Eq '^2\.[0-9]+' <<<"$(sqlite3 "$DB" "SELECT libtorch_version FROM runs WHERE run_id = 'testdev'")"
+fi
+
 COVERAGE_SIM_PLUGIN="$TMP/none.so" "$BIN" -q --registry "$DB" run --stage=unit --backend sim >"$TMP/noplugin.out" 2>&1
 check "COVERAGE_SIM_PLUGIN moves sim" grep -q "none.so': no such file" "$TMP/noplugin.out"
 
