@@ -17,12 +17,25 @@ class CpuBackend final : public Backend {
   bool RespectsReadOnlyInputs() const override { return true; }  // the reference's own kernels
 };
 
+// Note [TF32 on cuda]: PyTorch's defaults differ by library (cuBLAS matmuls
+// in IEEE fp32, cuDNN convolutions in TF32), so a plain "cuda" run would
+// judge fp32 convolutions at TF32 precision and matmuls not. "cuda" sets
+// both to IEEE fp32; "cuda-tf32" lets both use TF32, as training jobs that
+// set torch.backends.cuda.matmul.allow_tf32 do. The setting is process-wide
+// and made when the backend is created (one backend per worker process).
 class CudaBackend final : public Backend {
  public:
-  std::string name() const override { return "cuda"; }
+  explicit CudaBackend(bool tf32) : tf32_(tf32) {
+    at::globalContext().setAllowTF32CuBLAS(tf32);
+    at::globalContext().setAllowTF32CuDNN(tf32);
+  }
+  std::string name() const override { return tf32_ ? "cuda-tf32" : "cuda"; }
   c10::Device device() const override { return c10::Device(c10::kCUDA, 0); }
   void Synchronize() override { at::detail::getCUDAHooks().deviceSynchronize(0); }
-  std::string Version() const override { return LibtorchVersion() + " (CUDA)"; }
+  std::string Version() const override { return LibtorchVersion() + (tf32_ ? " (CUDA, TF32)" : " (CUDA)"); }
+
+ private:
+  bool tf32_;
 };
 
 // Why "cuda" cannot run here, or "" when it can.
@@ -91,13 +104,18 @@ void RegisterCpuBackend(BackendRegistry& registry) {
 }
 
 void RegisterCudaBackend(BackendRegistry& registry) {
-  const std::string description = "ATen CUDA kernels on cuda:0";
-  if (std::string reason = CudaUnavailableReason(); !reason.empty()) {
-    registry.RegisterUnavailable("cuda", description, reason);
-    return;
+  for (const bool tf32 : {false, true}) {
+    const std::string name = tf32 ? "cuda-tf32" : "cuda";
+    const std::string description = tf32 ? "ATen CUDA kernels on cuda:0, fp32 matmuls and convolutions in TF32"
+                                         : "ATen CUDA kernels on cuda:0, fp32 matmuls and convolutions in IEEE fp32";
+    if (std::string reason = CudaUnavailableReason(); !reason.empty()) {
+      registry.RegisterUnavailable(name, description, reason);
+      continue;
+    }
+    registry.Register(name, description, [tf32]() -> Result<std::shared_ptr<Backend>> {
+      return std::shared_ptr<Backend>(std::make_shared<CudaBackend>(tf32));
+    });
   }
-  registry.Register("cuda", description,
-                    []() -> Result<std::shared_ptr<Backend>> { return std::shared_ptr<Backend>(std::make_shared<CudaBackend>()); });
 }
 
 std::string BackendNameOf(const Backend& backend) { return backend.name(); }
