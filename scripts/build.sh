@@ -7,9 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
-# ccache hits across clones in other folders (CI builds a fresh clone).
-export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
-export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 if [[ ! -f build/CMakeCache.txt || -n ${COVERAGE_TORCH_PYTHON:-} ]]; then
   torch=()
   if [[ -n ${COVERAGE_TORCH_PYTHON:-} ]]; then torch=(-DCOVERAGE_TORCH_PYTHON="$COVERAGE_TORCH_PYTHON"); fi
