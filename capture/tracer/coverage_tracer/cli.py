@@ -1,0 +1,99 @@
+"""Command line: python -m coverage_tracer --config CONFIG.json --profile NAME ..."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+EXIT_USAGE = 2
+
+
+def _parser(profile_names):
+    p = argparse.ArgumentParser(
+        prog="python -m coverage_tracer", allow_abbrev=False,
+        description="Record the ATen program a Hugging Face model runs for one input profile, as JSON lines.")
+    p.add_argument("--config", required=True, help="the model's config.json ('-' reads it from stdin)")
+    p.add_argument("--profile", required=True, help="input profile: " + ", ".join(profile_names))
+    p.add_argument("--model-id", default="", help="model id written in the records (default: the config's _name_or_path)")
+    p.add_argument("--max-layers", type=int, default=2, help="cut every repeated stack to this many layers (default 2)")
+    p.add_argument("--device", default="auto", choices=["auto", "meta", "cpu"],
+                   help="auto: meta when every call runs there, else cpu (default)")
+    p.add_argument("--max-gb", type=float, default=4.0, help="memory budget for a CPU run, in GB (default 4)")
+    p.add_argument("--seed", type=int, default=0, help="seed for inputs and CPU weights (default 0)")
+    p.add_argument("--profiles", default=None, help="profile definitions (default: configs/capture_profiles.json)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    return p
+
+
+def _usage_error(parser, message):
+    parser.print_usage(sys.stderr)
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from .profiles import DEFAULT_PROFILES_PATH, load_profiles
+
+    argv = sys.argv[1:] if argv is None else argv
+    # Profile names come from the definitions file; read it before validating --profile.
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--profiles", default=None)
+    known, _ = pre.parse_known_args(argv)
+    try:
+        profiles = load_profiles(known.profiles or DEFAULT_PROFILES_PATH)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"python -m coverage_tracer: error: --profiles: cannot read profile definitions: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    parser = _parser(sorted(profiles))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    if args.profile not in profiles:
+        return _usage_error(parser, f"--profile: unknown profile {args.profile!r} (known: {', '.join(sorted(profiles))})")
+    if args.max_layers < 1:
+        return _usage_error(parser, "--max-layers must be at least 1")
+    if not args.max_gb > 0:
+        return _usage_error(parser, "--max-gb must be positive")
+    try:
+        text = sys.stdin.read() if args.config == "-" else open(args.config).read()
+    except OSError as e:
+        return _usage_error(parser, f"--config: cannot read {args.config}: {e.strerror or e}")
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="coverage_tracer: %(message)s")
+
+    # Only records may reach stdout: anything the library or torch prints
+    # (from Python or C) goes to stderr while the trace runs.
+    sys.stdout.flush()
+    records_fd = os.dup(1)
+    os.dup2(2, 1)
+    saved_stdout = sys.stdout
+    sys.stdout = sys.stderr
+    try:
+        from .trace import EXIT_FAILED, Options, error_record, trace
+
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as e:
+            records, code = [error_record("config", e)], EXIT_FAILED
+        else:
+            opts = Options(profile=args.profile, model_id=args.model_id, max_layers=args.max_layers,
+                           device=args.device, max_gb=args.max_gb, seed=args.seed, profiles_path=args.profiles)
+            records, code = trace(config, opts)
+    finally:
+        sys.stdout.flush()
+        sys.stdout = saved_stdout
+        os.dup2(records_fd, 1)
+        os.close(records_fd)
+    out = sys.stdout
+    for r in records:
+        out.write(json.dumps(r, separators=(",", ":"), allow_nan=False))
+        out.write("\n")
+    out.flush()
+    return code

@@ -1,0 +1,49 @@
+"""Depth reduction and init-rule classification, on plain dictionaries."""
+
+from coverage_tracer.config import reduce_layers, zero_dropout
+from coverage_tracer.initrules import classify
+
+
+def test_every_stack_is_cut_and_per_layer_lists_follow():
+    d = {
+        "num_hidden_layers": 6,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
+        "mlp_only_layers": [0, 4],
+        "hidden_size": 64,
+        "vision_config": {"model_type": "siglip_vision_model", "num_hidden_layers": 27, "hidden_size": 32},
+    }
+    layers = reduce_layers(d, 2)
+    assert d["num_hidden_layers"] == 2 and d["layer_types"] == ["sliding_attention"] * 2
+    assert d["mlp_only_layers"] == [0] and d["hidden_size"] == 64
+    assert d["vision_config"]["num_hidden_layers"] == 2 and d["vision_config"]["hidden_size"] == 32
+    assert layers == {
+        "num_hidden_layers": {"kept": 2, "of": 6},
+        "layer_types": {"kept": 2, "of": 6},
+        "vision_config.num_hidden_layers": {"kept": 2, "of": 27},
+    }
+
+
+def test_stage_depths_are_capped_not_dropped():
+    d = {"depths": [2, 2, 6, 2], "num_layers": 4, "embed_dim": 96}
+    layers = reduce_layers(d, 2)
+    assert d["depths"] == [2, 2, 2, 2] and d["num_layers"] == 4
+    assert layers == {"depths": {"kept": [2, 2, 2, 2], "of": [2, 2, 6, 2]}}
+
+
+def test_dropout_probabilities_are_zeroed():
+    d = {"hidden_dropout_prob": 0.1, "attn_pdrop": 0.1, "drop_path_rate": 0.2, "encoder_layerdrop": 0.1,
+         "text_config": {"attention_dropout": 0.3}, "id2label": {0: "a"}, "use_dropout": True}
+    zero_dropout(d)
+    assert d["hidden_dropout_prob"] == d["attn_pdrop"] == d["drop_path_rate"] == d["encoder_layerdrop"] == 0.0
+    assert d["text_config"]["attention_dropout"] == 0.0 and d["use_dropout"] is True
+
+
+def test_init_rules_from_call_history():
+    assert classify([("uniform_", {"from": -0.1, "to": 0.1}), ("normal_", {"mean": 0.0, "std": 0.02})]) == {
+        "rule": "normal", "mean": 0.0, "std": 0.02}
+    assert classify([("fill_", {"value": 1})]) == {"rule": "ones"}
+    assert classify([("zero_", {})]) == {"rule": "zeros"}
+    assert classify([("uniform_", {"from": -0.5, "to": 0.5})]) == {"rule": "uniform", "lo": -0.5, "hi": 0.5}
+    assert classify([("create:zeros", {})]) == {"rule": "zeros"}
+    assert classify([("create:reciprocal", {})])["rule"] == "other"
+    assert classify([])["rule"] == "other"

@@ -1,0 +1,248 @@
+"""Traces of tiny real-architecture models: what the recorded programs hold."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import CONFIGS, calls, run, values
+
+SDPA_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
+
+
+def _schema_names(op, overload):
+    packet = getattr(getattr(torch.ops, op.split("::")[0]), op.split("::")[1])
+    return [a.name for a in getattr(packet, overload or "default")._schema.arguments]
+
+
+def check_well_formed(records):
+    """Every record has its shape; ids are defined before use; every call
+    lists every schema argument in order."""
+    assert records[0]["type"] == "start" and records[-1]["type"] == "end"
+    defined, n_calls = set(), 0
+    for r in records[1:-1]:
+        if r["type"] == "value":
+            assert r["id"] not in defined
+            defined.add(r["id"])
+            continue
+        assert r["type"] == "call" and r["index"] == n_calls
+        n_calls += 1
+        if "args" in r:
+            assert [a["name"] for a in r["args"]] == _schema_names(r["op"], r["overload"])
+            for a in r["args"]:
+                items = [a] if a["kind"] == "tensor" else a.get("items", []) if a["kind"] == "tensor_list" else []
+                for item in items:
+                    if item is not None:
+                        assert item["value"] in defined, (r["op"], a["name"])
+        for o in r["outputs"]:
+            if "value" in o:
+                defined.add(o["value"])
+    assert records[-1]["calls"] == n_calls
+    json.dumps(records, allow_nan=False)
+
+
+def test_decoder_prefill_program():
+    records, code = run("llama", "prefill")
+    assert code == 0
+    check_well_formed(records)
+    start = records[0]
+    assert start["class"] == "LlamaForCausalLM" and start["model_type"] == "llama"
+    assert start["device"] == "meta" and start["dtype"] == "f32" and start["attn_implementation"] == "sdpa"
+    assert start["layers"] == {"num_hidden_layers": {"kept": 2, "of": 4}}
+    assert start["torch"] == torch.__version__ and start["model"] == "tiny/llama"
+    attention = calls(records, op=SDPA_CPU)
+    assert [c["module"] for c in attention] == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
+    q, k = attention[0]["args"][0], attention[0]["args"][1]
+    assert q["tensor"]["shape"] == [1, 4, 512, 16] and k["tensor"]["shape"] == [1, 2, 512, 16]
+    assert not any(c["module"].startswith("model.layers.2") for c in calls(records))
+    assert {c["phase"] for c in calls(records)} == {"forward"}
+
+
+def test_token_ids_carry_integer_domains():
+    records, _ = run("llama", "prefill")
+    (ids,) = values(records, kind="input", name="input_ids")
+    assert ids["tensor"]["shape"] == [1, 512] and ids["tensor"]["dtype"] == "i64"
+    assert ids["domain"] == {"kind": "integer", "lo": 0, "hi": 128}
+    (embedding,) = calls(records, op="aten::embedding")
+    assert embedding["args"][1]["domain"] == {"kind": "integer", "lo": 0, "hi": 128}
+    (mask,) = values(records, kind="input", name="attention_mask")
+    assert mask["domain"] == {"kind": "integer", "lo": 1, "hi": 2}
+
+
+def test_parameters_carry_init_rules():
+    records, _ = run("llama", "prefill")
+    by_name = {v["name"]: v for v in values(records, kind="parameter")}
+    assert by_name["model.layers.0.mlp.up_proj.weight"]["init"] == {"rule": "normal", "mean": 0.0, "std": 0.02}
+    assert by_name["model.layers.0.input_layernorm.weight"]["init"] == {"rule": "ones"}
+    assert by_name["model.embed_tokens.weight"]["tensor"]["shape"] == [128, 64]
+
+
+def test_meta_and_cpu_record_the_same_program():
+    meta, _ = run("llama", "prefill")
+    cpu, code = run("llama", "prefill", device="cpu")
+    assert code == 0 and cpu[0]["device"] == "cpu"
+
+    def strip(o):
+        if isinstance(o, dict):
+            return {k: strip(v) for k, v in o.items() if k != "domain"}
+        return [strip(x) for x in o] if isinstance(o, list) else o
+
+    assert strip(meta[1:-1]) == strip(cpu[1:-1])
+    # Where meta knows a domain (values derived from the inputs alone), it is the CPU's.
+    for m, c in zip(meta, cpu):
+        for a, b in zip(m.get("args", []), c.get("args", [])):
+            if "domain" in a:
+                assert a["domain"] == b["domain"]
+
+
+def test_same_config_twice_gives_the_same_records():
+    first, _ = run("llama", "prefill", seed=0)
+    from coverage_tracer import Options, trace
+
+    second, _ = trace(json.loads(json.dumps(CONFIGS["llama"])), Options(profile="prefill", seed=0))
+    assert first[:-1] == second[:-1]
+    assert {k: v for k, v in first[-1].items() if k not in ("seconds", "peak_rss_mb")} == {
+        k: v for k, v in second[-1].items() if k not in ("seconds", "peak_rss_mb")}
+
+
+def test_max_layers_is_recorded():
+    records, code = run("llama", "prefill", max_layers=1)
+    assert code == 0
+    assert records[0]["layers"] == {"num_hidden_layers": {"kept": 1, "of": 4}}
+    assert len(calls(records, op=SDPA_CPU)) == 1
+
+
+def test_decode_runs_over_a_511_token_cache():
+    records, code = run("llama", "decode")
+    assert code == 0
+    check_well_formed(records)
+    assert records[0]["device"] == "meta"
+    cache = values(records, kind="input", name="past_key_values.layers.0.keys")
+    assert cache and cache[0]["tensor"]["shape"] == [8, 2, 511, 16]
+    attention = calls(records, op=SDPA_CPU)
+    assert len(attention) == 2
+    assert attention[0]["args"][0]["tensor"]["shape"] == [8, 4, 1, 16]
+    assert attention[0]["args"][1]["tensor"]["shape"] == [8, 2, 512, 16]
+    # Only the decode step is recorded: the first call embeds the 8 new tokens.
+    assert calls(records)[0]["op"] == "aten::embedding"
+    assert calls(records)[0]["args"][1]["tensor"]["shape"] == [8, 1]
+    (mask,) = values(records, kind="input", name="attention_mask")
+    assert mask["tensor"]["shape"] == [8, 512]
+
+
+def test_decode_bf16_builds_the_model_in_bf16():
+    records, code = run("llama", "decode_bf16")
+    assert code == 0 and records[0]["dtype"] == "bf16"
+    weights = [v for v in values(records, kind="parameter")]
+    assert weights and all(v["tensor"]["dtype"] == "bf16" for v in weights)
+    assert calls(records, op=SDPA_CPU)[0]["args"][0]["tensor"]["dtype"] == "bf16"
+
+
+def test_train_records_forward_backward_and_adamw():
+    records, code = run("llama", "train")
+    assert code == 0
+    check_well_formed(records)
+    assert records[0]["device"] == "cpu"
+    program = calls(records)
+    phases = [c["phase"] for c in program]
+    assert phases == sorted(phases, key=["forward", "backward", "optimizer"].index)
+    assert set(phases) == {"forward", "backward", "optimizer"}
+    backward = [c for c in program if c["phase"] == "backward"]
+    assert any(c["op"] == "aten::_scaled_dot_product_flash_attention_for_cpu_backward" for c in backward)
+    assert any(c["module"] == "model.layers.0.self_attn" for c in backward)
+    assert any(c["module"] == "model.layers.1.mlp.down_proj" for c in backward)
+    optimizer = {c["op"] for c in program if c["phase"] == "optimizer"}
+    # torch.optim.AdamW on CPU tensors: the single-tensor implementation.
+    assert {"aten::lerp_", "aten::addcmul_", "aten::addcdiv_", "aten::sqrt"} <= optimizer
+    assert calls(records, op="aten::nll_loss_forward")
+    (labels,) = values(records, kind="input", name="labels")
+    assert labels["tensor"]["shape"] == [4, 256]
+    # A Python number passed for a Tensor argument is a 0-dim constant, as libtorch sees it.
+    constants = [v for v in values(records, kind="constant") if "scalar" in v]
+    assert constants and constants[0]["tensor"]["shape"] == []
+
+
+def test_encoder_prefill_and_train():
+    records, code = run("bert", "prefill")
+    assert code == 0 and records[0]["class"] == "BertForMaskedLM" and records[0]["device"] == "meta"
+    check_well_formed(records)
+    assert any(c["module"] == "bert.encoder.layer.0.attention.self" for c in calls(records, op=SDPA_CPU))
+    records, code = run("bert", "train")
+    assert code == 0 and {c["phase"] for c in calls(records)} == {"forward", "backward", "optimizer"}
+    # Dropout is off, even in train mode.
+    assert not calls(records, op="aten::native_dropout") and not calls(records, op="aten::bernoulli_")
+
+
+def test_profile_that_does_not_apply():
+    records, code = run("bert", "decode")
+    assert code == 3 and len(records) == 1
+    assert records[0]["type"] == "error" and records[0]["stage"] == "profile"
+    assert "encoder" in records[0]["reason"]
+    records, code = run("vit", "prefill")
+    assert code == 3 and records[0]["stage"] == "profile"
+
+
+def test_encoder_decoder_prefill_and_decode():
+    records, code = run("t5", "prefill")
+    assert code == 0 and records[0]["kind"] == "encoder-decoder"
+    assert records[0]["layers"] == {"num_layers": {"kept": 2, "of": 2}, "num_decoder_layers": {"kept": 2, "of": 2}}
+    modules = {c["module"] for c in calls(records)}
+    assert "encoder.block.0.layer.0.SelfAttention" in modules and "decoder.block.1.layer.1.EncDecAttention" in modules
+    records, code = run("t5", "decode")
+    assert code == 0
+    check_well_formed(records)
+    names = {v["name"] for v in values(records, kind="input")}
+    # Cross-attention reads the keys and values the prefill cached from the encoder.
+    assert "past_key_values.cross_attention_cache.layers.0.keys" in names
+    self_keys = [v for v in values(records, kind="input") if v["name"].startswith("past_key_values.self_attention_cache")]
+    assert self_keys and self_keys[0]["tensor"]["shape"][2] == 511
+    assert not any(c["module"].startswith("encoder.") for c in calls(records))
+
+
+def test_vision_image():
+    records, code = run("vit", "image")
+    assert code == 0 and records[0]["kind"] == "vision"
+    check_well_formed(records)
+    (pixels,) = values(records, kind="input", name="pixel_values")
+    assert pixels["tensor"]["shape"] == [1, 3, 32, 32] and pixels["domain"] == {"kind": "real"}
+    (conv,) = calls(records, op="aten::convolution")
+    assert conv["module"] == "vit.embeddings.patch_embeddings.projection"
+    params = {v["name"]: v["init"] for v in values(records, kind="parameter")}
+    assert params["vit.embeddings.cls_token"]["rule"] == "normal"
+
+
+def test_speech_audio():
+    records, code = run("whisper", "audio")
+    assert code == 0 and records[0]["kind"] == "speech"
+    check_well_formed(records)
+    (features,) = values(records, kind="input", name="input_features")
+    assert features["tensor"]["shape"] == [1, 16, 3000]
+    assert records[0]["layers"] == {"encoder_layers": {"kept": 2, "of": 2}, "decoder_layers": {"kept": 2, "of": 2}}
+    assert calls(records, op="aten::convolution")
+
+
+def test_moe_routing_falls_back_to_cpu():
+    records, code = run("mixtral", "prefill")
+    assert code == 0
+    check_well_formed(records)
+    assert records[0]["device"] == "cpu" and records[0]["fallback"].startswith("meta run failed")
+    experts = [c for c in calls(records) if c["module"] == "model.layers.0.mlp.experts"]
+    assert any(c["op"] in ("aten::_grouped_mm", "aten::nonzero") for c in experts)
+    # Routing computed from real values carries real domains: softmax
+    # probabilities are positive, expert indices index the experts.
+    (topk,) = [c for c in calls(records, op="aten::topk") if c["module"] == "model.layers.0.mlp.gate"]
+    assert topk["args"][0]["domain"] == {"kind": "positive"}
+    (sort,) = [c for c in calls(records, op="aten::sort") if c["module"] == "model.layers.0.mlp.experts"]
+    assert sort["args"][0]["domain"] == {"kind": "integer", "lo": 0, "hi": 4}
+
+
+@pytest.mark.parametrize("device", ["meta"])
+def test_forced_meta_failure_is_a_run_error(device):
+    records, code = run("mixtral", "prefill", device=device)
+    assert code == 3 and records[0]["stage"] == "run" and records[0]["exception"]
+
+
+def test_budget_refusal_names_budget_and_estimate():
+    records, code = run("llama", "train", max_gb=1e-6)
+    assert code == 3 and records[0]["stage"] == "budget"
+    assert "--max-gb 1e-06" in records[0]["reason"] and "GB" in records[0]["reason"]
