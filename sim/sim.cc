@@ -38,7 +38,7 @@
 #include "sim/sim_config.h"
 
 // The name the device registers (c10::register_privateuse1_backend): tensors
-// print as "sim:0" and Python sees torch.sim. The build gives another name to
+// print as "sim:0" and "sim:0" parses as the device. The build gives another name to
 // the test plugin made from these sources (tests/support/plugin).
 #ifndef COVERAGE_SIM_DEVICE_NAME
 #define COVERAGE_SIM_DEVICE_NAME "sim"
