@@ -350,6 +350,14 @@ std::string TensorSpec::ToShortString() const {
   return out;
 }
 
+std::string TensorSpec::ToJson() const { return TensorToJson(*this).dump(); }
+
+Result<TensorSpec> TensorSpec::FromJson(std::string_view text, const std::string& what) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Status::Corruption(what + ": not valid JSON");
+  return TensorFromJson(j, what);
+}
+
 std::string OpCase::QualifiedName() const {
   return overload.empty() ? op : op + "." + overload;
 }

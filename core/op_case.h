@@ -74,6 +74,10 @@ struct TensorSpec {
   bool IsContiguous() const;
   // "f32[8,1,2048]" with "{s=...}" appended when not contiguous.
   std::string ToShortString() const;
+  // The form a tensor argument has in the canonical case JSON (compact).
+  std::string ToJson() const;
+  // Parses what ToJson wrote. Errors name `what` and the field.
+  static Result<TensorSpec> FromJson(std::string_view json, const std::string& what = "tensor");
 
   bool operator==(const TensorSpec&) const = default;
 };

@@ -22,6 +22,7 @@
 
 #include "core/op_case.h"
 #include "core/outcome.h"
+#include "core/program.h"
 #include "core/result.h"
 #include "registry/case_query.h"
 
@@ -34,7 +35,7 @@ struct RegistryOptions {
   int busy_timeout_ms = 5000;  // how long a writer waits for another one
 };
 
-// Estimated cost of running a case once (see runners/cost.cc for formulas).
+// Estimated cost of running a case once (see core/cost.cc for formulas).
 struct CaseCost {
   double flops = 0;  // floating-point operations
   double bytes = 0;  // bytes read and written by the op's inputs and outputs
@@ -186,6 +187,27 @@ struct BuildRecord {
   double seconds = 0;
 };
 
+// What the capture tracer did with one (model, profile) (table programs).
+struct ProgramRecord {
+  int64_t program_id = 0;  // filled when stored or read
+  std::string model_id;
+  std::string profile;
+  int tracer_version = 0;
+  int64_t max_layers = 0;
+  std::string config_sha256;  // of the config text traced
+  std::string status;         // captured, not_built, not_applicable, refused, failed
+  std::string stage;          // not captured: config, build, profile, budget, run, timeout, memory, crash, output
+  std::string reason;
+  std::string exception;
+  ProgramInfo info;           // the trace's start and end records (captured only)
+  int64_t calls = 0;
+  int64_t cases = 0;          // distinct op cases among the calls (filled by StoreProgram)
+  int64_t unsupported_calls = 0;
+  double seconds = 0;         // the tracer process, start to exit
+  double peak_rss_mb = 0;
+  std::string captured_at;
+};
+
 // One result of a model-level stage (table model_results).
 struct ModelResultRecord {
   std::string run_id;
@@ -322,6 +344,19 @@ class Registry {
   Result<bool> HasCapture(const std::string& model_id, const std::string& profile, int builder_version);
   Status RecordCapture(const std::string& model_id, const std::string& profile, int builder_version, int64_t calls,
                        int64_t cases);
+
+  // Programs (registry/programs.cc). StoreProgram replaces what was stored
+  // for (record.model_id, record.profile) in one transaction: the model row
+  // (a stored config is kept when `model.config_json` is empty), the
+  // programs row and, when `program` is given (status captured), its values
+  // and calls, their op cases (a key already stored is shared) with
+  // provenance (module, profile, call count, first call index). Fills
+  // record->program_id, calls, cases and unsupported_calls.
+  Status StoreProgram(const ModelRecord& model, ProgramRecord* record, const Program* program);
+  Result<std::optional<ProgramRecord>> GetProgramRecord(const std::string& model_id, const std::string& profile);
+  Result<std::vector<ProgramRecord>> ListPrograms(const std::string& model_id = "");
+  // The stored program; nullopt when the pair has no captured program.
+  Result<std::optional<Program>> LoadProgram(const std::string& model_id, const std::string& profile);
 
   // Creates the run, or returns the stored one when `run.run_id` exists
   // (resume). Resuming with a different stage or backend is an error.

@@ -9,7 +9,7 @@
 #include <ATen/record_function.h>
 
 #include "core/check.h"
-#include "runners/cost.h"
+#include "core/cost.h"
 #include "runners/dtype_map.h"
 
 namespace coverage::runners {

@@ -34,7 +34,7 @@ struct CapturedCall {
   std::string parent_op;    // for depth > 0: the enclosing op
   int depth = 0;
   int64_t count = 0;        // identical calls merged
-  double flops = 0;         // estimated (runners/cost.h)
+  double flops = 0;         // estimated (core/cost.h)
   double bytes = 0;
 };
 

@@ -17,6 +17,8 @@
 
 #include <fmt/format.h>
 
+#include "core/spawn.h"
+
 extern char** environ;
 
 namespace coverage::runners {
@@ -99,15 +101,7 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(const WorkerSpawnOpt
   posix_spawn_file_actions_adddup2(&actions, child_err, 1);
   posix_spawn_file_actions_adddup2(&actions, child_err, 2);
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t defaults, empty;
-  sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGPIPE, SIGCHLD, SIGHUP}) sigaddset(&defaults, s);
-  sigemptyset(&empty);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setsigmask(&attr, &empty);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
+  InitChildSpawnAttributes(&attr);
 
   std::vector<std::string> env_storage;
   for (char** e = environ; *e; ++e) {
