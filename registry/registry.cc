@@ -442,7 +442,8 @@ Status Registry::DeleteBuild(const std::string& model_id, const std::string& pro
 Result<int64_t> Registry::PruneOrphanCases() {
   COV_RETURN_IF_ERROR(db_->Exec(
       "DELETE FROM op_cases WHERE NOT EXISTS (SELECT 1 FROM case_sources s WHERE s.case_id = op_cases.case_id) "
-      "AND NOT EXISTS (SELECT 1 FROM results r WHERE r.case_id = op_cases.case_id)"));
+      "AND NOT EXISTS (SELECT 1 FROM results r WHERE r.case_id = op_cases.case_id) "
+      "AND NOT EXISTS (SELECT 1 FROM program_calls p WHERE p.case_id = op_cases.case_id)"));
   return static_cast<int64_t>(db_->Changes());
 }
 

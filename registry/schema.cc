@@ -360,6 +360,98 @@ CREATE VIEW v_flaky AS
   ORDER BY r.run_id, op, c.key;
 )sql";
 
+
+// Version 7: programs captured from the real models by the capture tracer
+// (capture/tracer/README.md): per (model, profile) the outcome of the trace
+// and, when captured, every value the program starts from and every call in
+// dispatch order with its op case, the value ids it reads and writes, its
+// module path and phase. case_sources gain the first call index of each
+// (case, model, module, profile).
+constexpr std::string_view kV7 = R"sql(
+ALTER TABLE case_sources ADD COLUMN first_call INTEGER;  -- program call index; NULL for builder captures
+
+CREATE TABLE programs (
+  program_id        INTEGER PRIMARY KEY,
+  model_id          TEXT NOT NULL,
+  profile           TEXT NOT NULL,
+  tracer_version    INTEGER NOT NULL,
+  max_layers        INTEGER NOT NULL,
+  config_sha256     TEXT NOT NULL,      -- of the config text traced; a changed config is traced again
+  status            TEXT NOT NULL CHECK (status IN ('captured', 'not_built', 'not_applicable', 'refused', 'failed')),
+  stage             TEXT,               -- why not captured: config, build, profile, budget, run, timeout, memory, crash, output
+  reason            TEXT,               -- the library's own message, or what happened to the tracer
+  exception         TEXT,               -- the Python exception type
+  class_name        TEXT,
+  model_type        TEXT,
+  kind              TEXT,               -- decoder, encoder, encoder-decoder, vision, conv, speech, hybrid, ssm, multimodal
+  device            TEXT,               -- meta or cpu
+  fallback          TEXT,               -- why a meta run was redone on cpu (JSON)
+  attn_implementation TEXT,
+  dtype             TEXT,
+  layers_json       TEXT,               -- {"num_hidden_layers": {"kept": 2, "of": 22}}
+  torch_version     TEXT,
+  transformers_version TEXT,
+  calls             INTEGER NOT NULL DEFAULT 0,
+  cases             INTEGER NOT NULL DEFAULT 0,   -- distinct op cases among the calls
+  unsupported_calls INTEGER NOT NULL DEFAULT 0,   -- calls with an argument no op case can hold
+  value_count       INTEGER NOT NULL DEFAULT 0,
+  estimated_gb      REAL,
+  seconds           REAL,               -- the tracer process, start to exit
+  peak_rss_mb       REAL,
+  captured_at       TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  UNIQUE (model_id, profile)
+);
+
+CREATE TABLE program_values (
+  program_id   INTEGER NOT NULL REFERENCES programs(program_id) ON DELETE CASCADE,
+  value_id     INTEGER NOT NULL,
+  kind         TEXT NOT NULL,           -- parameter, buffer, input, constant
+  name         TEXT NOT NULL,
+  tensor_json  TEXT,                    -- dtype, shape, strides, offset, domain; NULL when unsupported
+  init_json    TEXT,                    -- parameters and buffers: the init rule
+  scalar_json  TEXT,                    -- constants made from a Python number
+  unsupported  TEXT,
+  PRIMARY KEY (program_id, value_id)
+) WITHOUT ROWID;
+
+CREATE TABLE program_calls (
+  program_id   INTEGER NOT NULL REFERENCES programs(program_id) ON DELETE CASCADE,
+  call_index   INTEGER NOT NULL,
+  case_id      INTEGER REFERENCES op_cases(case_id),  -- NULL when unsupported
+  op           TEXT NOT NULL,
+  overload     TEXT NOT NULL,
+  inputs       TEXT NOT NULL,           -- JSON array: value id of each tensor argument / list item (-1: absent)
+  outputs      TEXT NOT NULL,           -- JSON array: value id of each return (-1: not a tensor)
+  module       TEXT NOT NULL,
+  phase        TEXT NOT NULL,           -- forward, backward, optimizer
+  unsupported  TEXT,
+  PRIMARY KEY (program_id, call_index)
+) WITHOUT ROWID;
+CREATE INDEX program_calls_case ON program_calls(case_id);
+
+-- Per model_type: models the tracer was run on, captured (in at least one
+-- profile), and not captured in any.
+CREATE VIEW v_capture_coverage AS
+  WITH per_model AS (
+    SELECT p.model_id, COALESCE(NULLIF(p.model_type, ''), m.model_type, '') AS model_type,
+           MAX(p.status = 'captured') AS captured
+    FROM programs p LEFT JOIN models m ON m.id = p.model_id GROUP BY p.model_id)
+  SELECT model_type, COUNT(*) AS models, SUM(captured) AS captured, COUNT(*) - SUM(captured) AS not_captured
+  FROM per_model GROUP BY model_type ORDER BY models DESC;
+
+-- Why (model, profile) pairs were not captured, most common first.
+CREATE VIEW v_capture_failures AS
+  SELECT status, stage, reason, COUNT(*) AS pairs, COUNT(DISTINCT model_id) AS models, MIN(model_id) AS example
+  FROM programs WHERE status NOT IN ('captured', 'not_applicable')
+  GROUP BY status, stage, reason ORDER BY pairs DESC;
+
+-- Where each op case is called: model, profile, module and call index.
+CREATE VIEW v_case_calls AS
+  SELECT c.key, c.op || CASE WHEN c.overload = '' THEN '' ELSE '.' || c.overload END AS op,
+         p.model_id, p.profile, pc.module, pc.phase, pc.call_index
+  FROM program_calls pc JOIN programs p ON p.program_id = pc.program_id JOIN op_cases c ON c.case_id = pc.case_id;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -370,6 +462,7 @@ const std::vector<Migration>& Migrations() {
       {4, "what the model builder built, per model and profile", kV4},
       {5, "results of the module, model and train stages", kV5},
       {6, "attempts, flakiness, counters; cases in flight; shards of a run", kV6},
+      {7, "programs captured from the real models: values, calls, provenance by call", kV7},
   };
   return kMigrations;
 }
