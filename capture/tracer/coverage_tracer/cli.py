@@ -34,7 +34,28 @@ def _usage_error(parser, message):
     return EXIT_USAGE
 
 
+def _die_with_parent() -> None:
+    """Started by `coverage capture` (COVERAGE_PARENT_PID set): ask the
+    kernel to kill this process when that parent dies, so a killed capture
+    leaves no tracer behind."""
+    parent = os.environ.get("COVERAGE_PARENT_PID")
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def main(argv=None) -> int:
+    _die_with_parent()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from .profiles import DEFAULT_PROFILES_PATH, load_profiles

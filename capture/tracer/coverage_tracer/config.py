@@ -60,13 +60,36 @@ def _is_subconfig(key: str, value) -> bool:
     )
 
 
+def _per_layer_name(key: str) -> bool:
+    return "layer" in key or "block" in key
+
+
+def _kept_indices(d: dict, of: int, max_layers: int) -> list:
+    """Which of `of` layers to keep: the first `max_layers`, and where the
+    config gives each layer a kind (layer_types, layers_block_type, ...),
+    also the first layer of every kind, so a hybrid keeps one layer of each
+    (Qwen3-Next's full attention is its fourth layer, Nemotron-H's attention
+    its sixth)."""
+    keep = set(range(min(of, max_layers)))
+    for key, v in d.items():
+        if (isinstance(v, list) and len(v) == of and _per_layer_name(key)
+                and all(isinstance(x, str) for x in v)):
+            seen = set()
+            for i, x in enumerate(v):
+                if x not in seen:
+                    seen.add(x)
+                    keep.add(i)
+    return sorted(keep)
+
+
 def reduce_layers(d: dict, max_layers: int, prefix: str = "") -> dict:
-    """Cuts every repeated stack in `d` (in place) to `max_layers`.
+    """Cuts every repeated stack in `d` (in place) to `max_layers` layers
+    (more where one layer of each kind needs more; see _kept_indices).
 
     Returns {field path: {"kept": n, "of": N}}; list fields (Swin's depths)
     give lists. Per-layer lists (layer_types and the like, recognised by
-    having one entry per layer) are cut to match; lists of layer indices keep
-    the indices that still exist.
+    having one entry per layer) keep the kept layers' entries; lists of
+    layer indices keep the indices that still exist, renumbered.
     """
     layers: dict = {}
     counts: dict = {}
@@ -77,28 +100,47 @@ def reduce_layers(d: dict, max_layers: int, prefix: str = "") -> dict:
         # Swin-like configs derive num_layers (the stage count) from depths.
         if key == "num_layers" and isinstance(d.get("depths"), list):
             continue
-        kept = min(v, max_layers)
-        d[key] = kept
-        counts[key] = (kept, v)
-        layers[prefix + key] = {"kept": kept, "of": v}
+        counts[key] = v
+    if not counts:
+        # A depth given only by a per-layer list (Nemotron-H's layers_block_type).
+        for key, v in d.items():
+            if isinstance(v, list) and len(v) > max_layers and _per_layer_name(key) and key != "depths" and all(
+                    isinstance(x, str) for x in v):
+                of = len(v)
+                kept = _kept_indices(d, of, max_layers)
+                for k2, v2 in list(d.items()):
+                    if isinstance(v2, list) and len(v2) == of and _per_layer_name(k2):
+                        d[k2] = [v2[i] for i in kept]
+                        layers[prefix + k2] = {"kept": len(kept), "of": of}
+                break
     depths = d.get("depths")
     if isinstance(depths, list) and depths and all(isinstance(x, int) for x in depths):
         kept_depths = [min(x, max_layers) for x in depths]
         d["depths"] = kept_depths
         layers[prefix + "depths"] = {"kept": kept_depths, "of": list(depths)}
     if counts:
-        primary = next(iter(counts.values()))
-        kept, of = primary
+        of = next(iter(counts.values()))
+        kept = _kept_indices(d, of, max_layers)
+        for key, v in counts.items():
+            # Encoder and decoder stacks of different depths are cut alike.
+            n = len(kept) if v == of else min(v, max_layers)
+            d[key] = n
+            layers[prefix + key] = {"kept": n, "of": v}
+        renumber = {old: new for new, old in enumerate(kept)}
         for key, v in list(d.items()):
             if key in LAYER_FIELDS or key == "depths" or not isinstance(v, list) or not v:
                 continue
-            per_layer_name = "layer" in key or "block" in key
-            if len(v) == of and of != kept and per_layer_name:
-                d[key] = v[:kept]
-                layers[prefix + key] = {"kept": kept, "of": of}
+            if len(v) == of and len(kept) != of and _per_layer_name(key):
+                d[key] = [v[i] for i in kept]
+                layers[prefix + key] = {"kept": len(kept), "of": of}
             elif ("layer" in key and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
                   and all(0 <= x < of for x in v)):
-                d[key] = [x for x in v if x < kept]
+                d[key] = [renumber[x] for x in v if x in renumber]
+        for key, v in list(d.items()):
+            # Settings keyed by layer index (Gemma 4's per_layer_config: {"05": {...}}).
+            if (isinstance(v, dict) and v and "layer" in key and len(kept) != of
+                    and all(isinstance(k, str) and k.isdigit() and int(k) < of for k in v)):
+                d[key] = {str(renumber[int(k)]).zfill(len(k)): x for k, x in v.items() if int(k) in renumber}
     for key, v in d.items():
         if _is_subconfig(key, v):
             layers.update(reduce_layers(v, max_layers, prefix + key + "."))

@@ -43,6 +43,20 @@ _aten = torch.ops.aten
 # Ops whose result depends on the device rather than the data: computed on
 # CPU stand-ins so meta takes the path the CPU takes.
 _DEVICE_CHOICE_OPS = {_aten._fused_sdp_choice.default}
+
+
+def _grouped_mm_meta(self, mat2, offs=None, bias=None, out_dtype=None):
+    """aten::_grouped_mm's meta kernel accepts bf16 only, while the CPU kernel
+    (what a CPU run calls, e.g. for transformers' grouped-mm MoE experts in
+    f32) takes any float dtype. The result's shape and strides do not depend
+    on the dtype: take them from the meta kernel on bf16 twins."""
+    twin = lambda t: None if t is None else torch.empty_strided(t.shape, t.stride(), dtype=torch.bfloat16, device="meta")
+    r = _aten._grouped_mm.default(twin(self), twin(mat2), offs, twin(bias))
+    return torch.empty_strided(r.shape, r.stride(), dtype=out_dtype or self.dtype, device="meta")
+
+
+# Ops whose meta kernel refuses what their CPU kernel runs: the shapes come from here.
+_META_OVERRIDES = {_aten._grouped_mm.default: _grouped_mm_meta}
 _EMPTY_OPS = {
     _aten.empty.memory_format,
     _aten.empty_strided.default,
@@ -120,7 +134,11 @@ class ShadowStore:
             cpu_args, cpu_kwargs = self._stand_ins(args, kwargs)
             return func(*cpu_args, **cpu_kwargs)
         try:
-            out = func(*args, **kwargs)
+            override = _META_OVERRIDES.get(func)
+            if override is not None and any(t.is_meta for t in inputs):
+                out = override(*args, **kwargs)
+            else:
+                out = func(*args, **kwargs)
             error = None
         except Exception as e:  # noqa: BLE001 - re-raised below unless shadows answer
             out, error = None, e

@@ -19,40 +19,11 @@ import pytest  # noqa: E402
 
 from coverage_tracer import Options, trace  # noqa: E402
 
-CONFIGS = {
-    "llama": {
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 128,
-        "max_position_embeddings": 4096, "_name_or_path": "tiny/llama",
-    },
-    "bert": {
-        "model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 32, "intermediate_size": 64,
-        "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 200, "max_position_embeddings": 512,
-        "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
-    },
-    "t5": {
-        "model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "d_model": 32, "d_ff": 64, "d_kv": 8,
-        "num_heads": 4, "num_layers": 2, "num_decoder_layers": 2, "vocab_size": 200, "decoder_start_token_id": 0,
-        "pad_token_id": 0, "eos_token_id": 1,
-    },
-    "vit": {
-        "model_type": "vit", "architectures": ["ViTForImageClassification"], "hidden_size": 32,
-        "intermediate_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "image_size": 32,
-        "patch_size": 8, "num_channels": 3, "num_labels": 10,
-    },
-    "whisper": {
-        "model_type": "whisper", "architectures": ["WhisperForConditionalGeneration"], "d_model": 32,
-        "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4, "decoder_attention_heads": 4,
-        "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "num_mel_bins": 16, "max_source_positions": 1500,
-        "max_target_positions": 64, "vocab_size": 200, "decoder_start_token_id": 1, "pad_token_id": 0,
-        "bos_token_id": 1, "eos_token_id": 2,
-    },
-    "mixtral": {
-        "model_type": "mixtral", "architectures": ["MixtralForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "num_local_experts": 4,
-        "num_experts_per_tok": 2, "vocab_size": 200, "max_position_embeddings": 1024,
-    },
-}
+# Tiny configs of real architectures, shared with the C++ capture test
+# (tests/cli/capture_test.sh): one {"id", "name", "config", "source"} per line.
+TINY_MODELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tiny_models.jsonl")
+with open(TINY_MODELS) as f:
+    CONFIGS = {m["name"]: m["config"] for m in map(json.loads, filter(str.strip, f))}
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,14 +13,32 @@ def test_every_stack_is_cut_and_per_layer_lists_follow():
         "vision_config": {"model_type": "siglip_vision_model", "num_hidden_layers": 27, "hidden_size": 32},
     }
     layers = reduce_layers(d, 2)
-    assert d["num_hidden_layers"] == 2 and d["layer_types"] == ["sliding_attention"] * 2
+    # Two layers, and the first layer of every kind: the full-attention sixth.
+    assert d["num_hidden_layers"] == 3
+    assert d["layer_types"] == ["sliding_attention"] * 2 + ["full_attention"]
     assert d["mlp_only_layers"] == [0] and d["hidden_size"] == 64
     assert d["vision_config"]["num_hidden_layers"] == 2 and d["vision_config"]["hidden_size"] == 32
     assert layers == {
-        "num_hidden_layers": {"kept": 2, "of": 6},
-        "layer_types": {"kept": 2, "of": 6},
+        "num_hidden_layers": {"kept": 3, "of": 6},
+        "layer_types": {"kept": 3, "of": 6},
         "vision_config.num_hidden_layers": {"kept": 2, "of": 27},
     }
+
+
+def test_settings_keyed_by_layer_index_are_renumbered():
+    d = {"num_hidden_layers": 12, "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 2,
+         "per_layer_config": {"05": {"head_dim": 512}, "11": {"head_dim": 512}}}
+    reduce_layers(d, 2)
+    assert d["num_hidden_layers"] == 3 and d["per_layer_config"] == {"02": {"head_dim": 512}}
+
+
+def test_a_depth_given_only_by_a_per_layer_list_is_cut():
+    kinds = ["mamba", "moe", "mamba", "moe", "mamba", "attention", "moe", "mamba"]
+    d = {"layers_block_type": list(kinds), "mtp_layers_block_type": ["attention", "moe"], "hidden_size": 64}
+    layers = reduce_layers(d, 2)
+    assert d["layers_block_type"] == ["mamba", "moe", "attention"]
+    assert d["mtp_layers_block_type"] == ["attention", "moe"]
+    assert layers == {"layers_block_type": {"kept": 3, "of": 8}}
 
 
 def test_stage_depths_are_capped_not_dropped():
