@@ -1,6 +1,13 @@
-// `coverage capture`: builds the bundled registry from data/seed_models.jsonl.
+// `coverage capture`: runs the capture tracer (capture/tracer/) on model
+// configs, from a JSONL file (default: the bundled data/seed_models.jsonl)
+// or a selection's representatives, and stores their programs and op cases
+// (capture/tracer_capture.h).
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include <CLI/CLI.hpp>
@@ -8,7 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/app.h"
+#include "capture/tracer_capture.h"
 #include "registry/registry.h"
+#include "selection/features.h"
 #include "stages/capture_stage.h"
 
 namespace coverage::apps {
@@ -17,42 +26,95 @@ namespace {
 struct CaptureFlags {
   std::string models_path;
   std::string profiles_path;
+  std::string defaults_path;
   std::vector<std::string> only_models;
   std::vector<std::string> only_profiles;
-  int max_depth = 0;
-  double max_gb = 8;
   bool force = false;
   bool selection = false;
   int64_t selection_id = 0;
   int64_t max_layers = 2;
+  double max_gb = 4;
+  std::string device = "auto";
+  double timeout_s = 900;
+  double tracer_memory_gb = 0;
+  int jobs = 0;
+  uint64_t seed = 0;
+  std::string python;
+  std::string engine = "tracer";
+  // --engine builder only
+  int max_depth = 0;
   bool no_meta = false;
 };
 
-Result<std::vector<runners::BlockModel>> LoadModels(const std::string& path, const std::vector<std::string>& only) {
+// Every number a user types: finite and in range (CLI::Range lets NaN through).
+CLI::Validator FiniteRange(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end == s.c_str() || *end != '\0' || !std::isfinite(v)) return "'" + s + "' is not a finite number";
+        if (v < lo || v > hi) return fmt::format("{} is outside [{}, {}]", s, lo, hi);
+        return std::string();
+      },
+      fmt::format("NUMBER in [{}, {}]", lo, hi));
+}
+
+// Lines of {"id", "config", "source"?, "structure"?}; the structure, when
+// not given, is what the feature extractor reads from the config.
+Result<std::vector<capture::CaptureModel>> LoadModels(const std::string& path, const std::vector<std::string>& only,
+                                                      const selection::FamilyDefaults& defaults) {
   COV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  std::vector<runners::BlockModel> out;
+  std::vector<capture::CaptureModel> out;
   std::istringstream in(text);
   std::string line;
   int line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded()) return Status::InvalidArgument(fmt::format("{}:{}: not valid JSON", path, line_no));
-    auto m = runners::ParseBlockModel(j);
-    if (!m) return m.error().WithContext(fmt::format("{}:{}", path, line_no));
-    if (only.empty() || std::find(only.begin(), only.end(), m->id) != only.end()) out.push_back(std::move(*m));
+    const std::string where = fmt::format("{}:{}", path, line_no);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      return Status::InvalidArgument(fmt::format("{}: not valid JSON (column {}): {}", where, e.byte, e.what()));
+    }
+    if (!j.is_object()) return Status::InvalidArgument(where + ": expected an object {\"id\", \"config\"}");
+    if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
+      return Status::InvalidArgument(where + ": 'id' must be a non-empty string");
+    }
+    if (!j.contains("config") || !j["config"].is_object()) {
+      return Status::InvalidArgument(where + ": 'config' must be the model's config.json object");
+    }
+    capture::CaptureModel m;
+    m.id = j["id"].get<std::string>();
+    if (!only.empty() && std::find(only.begin(), only.end(), m.id) == only.end()) continue;
+    const nlohmann::json& config = j["config"];
+    m.config_json = config.dump();
+    if (config.contains("model_type") && config["model_type"].is_string()) {
+      m.model_type = config["model_type"].get<std::string>();
+    }
+    m.source = j.contains("source") && j["source"].is_string() ? j["source"].get<std::string>() : path;
+    if (j.contains("structure") && j["structure"].is_string()) {
+      m.structure = j["structure"].get<std::string>();
+    } else if (auto f = selection::ExtractFeatures(config, defaults); f.has_value()) {
+      m.structure = f->structure;
+    }
+    out.push_back(std::move(m));
   }
   for (const auto& id : only) {
-    bool found = false;
-    for (const auto& m : out) found |= m.id == id;
-    if (!found) return Status::InvalidArgument("--model '" + id + "' is not in " + path);
+    if (std::none_of(out.begin(), out.end(), [&](const auto& m) { return m.id == id; })) {
+      return Status::InvalidArgument("--model '" + id + "' is not in " + path);
+    }
   }
   return out;
 }
 
+long MemoryGb() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<long>(static_cast<double>(pages) * static_cast<double>(page) / 1e9) : 8;
+}
 
-int RunSelectionCaptureCommand(const GlobalOptions& global, const CaptureFlags& flags) {
+int RunBuilderCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   const std::string profiles_path =
       flags.profiles_path.empty() ? global.home + "/configs/capture_profiles.json" : flags.profiles_path;
   auto profiles = LoadProfiles(profiles_path, flags.only_profiles);
@@ -74,79 +136,104 @@ int RunSelectionCaptureCommand(const GlobalOptions& global, const CaptureFlags& 
   auto summary = stages::RunSelectionCapture(**reg, options);
   if (!summary) return ReportError(summary.error().WithContext("capture"));
   const auto& s = *summary;
-  std::printf("capture of selection %lld (%lld representatives): %lld (model, profile) pairs built (%lld of them on "
-              "meta tensors, over --max-gb), %lld not built, %lld failed, %lld done before\n",
+  std::printf("builder capture of selection %lld (%lld representatives): %lld pairs built (%lld on meta), %lld not "
+              "built, %lld failed, %lld done before; %lld calls, %lld distinct cases, %lld new, %lld in all\n",
               static_cast<long long>(s.selection_id), static_cast<long long>(s.representatives),
               static_cast<long long>(s.pairs_built), static_cast<long long>(s.pairs_meta),
               static_cast<long long>(s.pairs_not_built), static_cast<long long>(s.pairs_failed),
-              static_cast<long long>(s.pairs_skipped));
-  std::printf("  %lld calls recorded, %lld distinct cases in them, %lld new; registry now holds %lld cases\n",
-              static_cast<long long>(s.calls), static_cast<long long>(s.cases_seen),
-              static_cast<long long>(s.cases_new), static_cast<long long>(s.cases_total));
-  if (s.models_without_profile > 0) {
-    std::printf("  %lld representatives have no selected input profile for their structure\n",
-                static_cast<long long>(s.models_without_profile));
-  }
-  std::vector<std::pair<int64_t, std::string>> reasons;
-  for (const auto& [why, n] : s.not_built) reasons.emplace_back(n, why);
-  std::sort(reasons.rbegin(), reasons.rend());
-  for (size_t i = 0; i < reasons.size() && i < 10; ++i) {
-    std::printf("  not built (%lld pairs): %s\n", static_cast<long long>(reasons[i].first), reasons[i].second.c_str());
-  }
+              static_cast<long long>(s.pairs_skipped), static_cast<long long>(s.calls),
+              static_cast<long long>(s.cases_seen), static_cast<long long>(s.cases_new),
+              static_cast<long long>(s.cases_total));
   std::printf("registry: %s (views v_build_coverage, v_build_failures)\n", global.registry_path.c_str());
+  return s.interrupted ? kExitInterrupted : kExitOk;
+}
+
+int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
+  if (flags.engine == "builder") {
+    if (!flags.selection) {
+      return ReportError(Status::InvalidArgument("--engine builder captures a selection: add --selection"));
+    }
+    return RunBuilderCapture(global, flags);
+  }
+  const std::string profiles_path =
+      flags.profiles_path.empty() ? global.home + "/configs/capture_profiles.json" : flags.profiles_path;
+  auto profiles = LoadProfiles(profiles_path, flags.only_profiles);
+  if (!profiles) return ReportError(profiles.error());
+  auto reg = OpenRegistry(global, /*read_only=*/false, /*create=*/true);
+  if (!reg) return ReportError(reg.error());
+
+  capture::TracerCaptureOptions options;
+  if (flags.selection) {
+    int64_t resolved = 0;
+    auto models = stages::SelectionCaptureModels(**reg, flags.selection_id, flags.only_models, &resolved);
+    if (!models) return ReportError(models.error().WithContext("capture --selection"));
+    options.models = std::move(*models);
+  } else {
+    const std::string defaults_path =
+        flags.defaults_path.empty() ? global.home + "/data/transformers_defaults.jsonl" : flags.defaults_path;
+    auto defaults = selection::FamilyDefaults::Load(defaults_path);
+    if (!defaults) return ReportError(defaults.error().WithContext("--defaults"));
+    const std::string models_path =
+        flags.models_path.empty() ? global.home + "/data/seed_models.jsonl" : flags.models_path;
+    auto models = LoadModels(models_path, flags.only_models, **defaults);
+    if (!models) return ReportError(models.error().WithContext("--models"));
+    options.models = std::move(*models);
+  }
+  for (const auto& p : *profiles) options.profiles.push_back({p.name, p.families});
+  capture::TracerSettings& t = options.tracer;
+  const char* env_python = std::getenv("COVERAGE_PYTHON");
+  t.python = !flags.python.empty() ? flags.python
+             : (env_python && *env_python) ? std::string(env_python)
+                                           : global.home + "/.venv/bin/python";
+  t.package_dir = global.home + "/capture/tracer";
+  t.profiles_path = profiles_path;
+  t.max_layers = flags.max_layers;
+  t.max_gb = flags.max_gb;
+  t.device = flags.device;
+  t.seed = flags.seed;
+  t.timeout_s = flags.timeout_s;
+  t.memory_limit_gb = flags.tracer_memory_gb;
+  t.threads = global.threads;
+  const double per_tracer_gb = flags.tracer_memory_gb > 0 ? flags.tracer_memory_gb : flags.max_gb + 3;
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  options.jobs = flags.jobs > 0 ? flags.jobs
+                                : static_cast<int>(std::clamp<long>(
+                                      std::min<long>(cores, static_cast<long>(MemoryGb() / per_tracer_gb)), 1, 4));
+  options.force = flags.force;
+  options.progress = !global.quiet;
+  options.stop = InstallStopHandler();
+
+  auto summary = capture::RunTracerCapture(**reg, options);
+  if (!summary) return ReportError(summary.error().WithContext("capture"));
+  const auto& s = *summary;
+  std::printf("capture: %lld (model, profile) pairs of %zu models in %.0f s with %d tracer jobs: %lld captured "
+              "(%lld on meta, %lld on cpu), %lld not built, %lld refused, %lld failed, %lld not applicable, %lld "
+              "done before\n",
+              static_cast<long long>(s.pairs), options.models.size(), s.seconds, options.jobs,
+              static_cast<long long>(s.captured), static_cast<long long>(s.on_meta), static_cast<long long>(s.on_cpu),
+              static_cast<long long>(s.not_built), static_cast<long long>(s.refused),
+              static_cast<long long>(s.failed), static_cast<long long>(s.not_applicable),
+              static_cast<long long>(s.skipped));
+  std::printf("  %lld calls recorded (%lld with an argument no op case holds), %lld distinct cases per pair summed, "
+              "%lld new; registry now holds %lld cases\n",
+              static_cast<long long>(s.calls), static_cast<long long>(s.unsupported_calls),
+              static_cast<long long>(s.cases_seen), static_cast<long long>(s.cases_new),
+              static_cast<long long>(s.cases_total));
+  std::vector<std::pair<int64_t, std::string>> reasons;
+  for (const auto& [why, n] : s.reasons) reasons.emplace_back(n, why);
+  std::sort(reasons.begin(), reasons.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; i < reasons.size() && i < 10; ++i) {
+    std::printf("  %lld pairs %s\n", static_cast<long long>(reasons[i].first), reasons[i].second.c_str());
+  }
+  std::printf("registry: %s (views v_capture_coverage, v_capture_failures; coverage registry programs)\n",
+              global.registry_path.c_str());
   if (s.interrupted) {
     std::printf("interrupted: rerun the same command to capture the remaining pairs\n");
     return kExitInterrupted;
   }
-  return kExitOk;
-}
-
-int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
-  if (flags.selection) return RunSelectionCaptureCommand(global, flags);
-  const std::string models_path = flags.models_path.empty() ? global.home + "/data/seed_models.jsonl" : flags.models_path;
-  const std::string profiles_path =
-      flags.profiles_path.empty() ? global.home + "/configs/capture_profiles.json" : flags.profiles_path;
-  auto models = LoadModels(models_path, flags.only_models);
-  if (!models) return ReportError(models.error());
-  auto profiles = LoadProfiles(profiles_path, flags.only_profiles);
-  if (!profiles) return ReportError(profiles.error());
-  if (flags.max_gb <= 0) return ReportError(Status::InvalidArgument("--max-gb must be positive"));
-  auto reg = OpenRegistry(global, /*read_only=*/false, /*create=*/true);
-  if (!reg) return ReportError(reg.error());
-  ApplyHostSettings(global);
-
-  stages::CaptureStageOptions options;
-  options.models = std::move(*models);
-  options.profiles = std::move(*profiles);
-  options.max_depth = flags.max_depth;
-  options.max_bytes = flags.max_gb * 1e9;
-  options.force = flags.force;
-  options.progress = !global.quiet;
-  options.stop = InstallStopHandler();
-  auto summary = stages::RunCaptureStage(**reg, options);
-  if (!summary) return ReportError(summary.error());
-
-  std::printf("capture: %lld (model, profile) pairs captured, %lld already captured, %lld refused\n",
-              static_cast<long long>(summary->pairs_captured), static_cast<long long>(summary->pairs_skipped),
-              static_cast<long long>(summary->pairs_refused));
-  std::printf("  %lld calls recorded, %lld distinct cases in them, %lld new; registry now holds %lld cases\n",
-              static_cast<long long>(summary->calls), static_cast<long long>(summary->cases_seen),
-              static_cast<long long>(summary->cases_new), static_cast<long long>(summary->cases_total));
-  if (summary->cases_pruned > 0) {
-    std::printf("  %lld cases no longer produced by any capture were removed\n",
-                static_cast<long long>(summary->cases_pruned));
-  }
-  for (const auto& r : summary->refusals) std::printf("  refused: %s\n", r.c_str());
-  for (const auto& [why, n] : summary->uncaptured) {
-    std::printf("  not captured (%lld calls): %s\n", static_cast<long long>(n), why.c_str());
-  }
-  std::printf("registry: %s\n", global.registry_path.c_str());
-  if (summary->interrupted) {
-    std::printf("interrupted: rerun the same command to capture the remaining pairs\n");
-    return kExitInterrupted;
-  }
-  return summary->pairs_refused > 0 && summary->pairs_captured == 0 && summary->pairs_skipped == 0 ? kExitFailures
-                                                                                                     : kExitOk;
+  // Nothing traced at all is a failure a script must see; a pair that does
+  // not build offline is a stored finding, not a failure of the command.
+  return s.captured == 0 && s.skipped == 0 && s.failed + s.refused > 0 ? kExitFailures : kExitOk;
 }
 
 }  // namespace
@@ -155,31 +242,56 @@ void AddCaptureCommand(CLI::App& app, GlobalOptions& global) {
   auto flags = std::make_shared<CaptureFlags>();
   CLI::App* cmd = app.add_subcommand(
       "capture",
-      "Run the seed models' blocks at real dimensions under the op observer and store the op cases they execute.\n"
-      "Resumable: (model, profile) pairs already captured are skipped.");
-  cmd->add_option("--models", flags->models_path, "Seed models (JSONL) [default: <home>/data/seed_models.jsonl]");
-  cmd->add_option("--profiles", flags->profiles_path,
-                  "Input profiles [default: <home>/configs/capture_profiles.json]");
-  cmd->add_option("--model", flags->only_models, "Capture only this model id (repeatable)");
-  cmd->add_option("--profile", flags->only_profiles, "Capture only this profile (repeatable)");
-  cmd->add_option("--max-depth", flags->max_depth, "Keep nested calls up to this depth (0 = top-level only)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 16));
-  cmd->add_option("--max-gb", flags->max_gb, "Refuse a (model, profile) whose estimated memory exceeds this")
-      ->capture_default_str();
-  cmd->add_flag("--force", flags->force, "Recapture pairs that were already captured");
-  cmd->add_flag("--selection", flags->selection,
-                "Build the representatives of a selection (coverage select) from their configs with the model\n"
-                "builder and capture them, instead of the seed models");
+      "Trace real models (Hugging Face transformers, random weights, real dimensions, --max-layers deep) under\n"
+      "each input profile and store their programs and op cases in the registry. Resumable: pairs already\n"
+      "traced with the same tracer, depth and config are skipped. Models from --models (default: the bundled\n"
+      "seed models) or from a selection (--selection).");
+  cmd->add_option("--models", flags->models_path,
+                  "Model configs, one JSON object per line: {\"id\", \"config\", \"source\"?, \"structure\"?}\n"
+                  "[default: <home>/data/seed_models.jsonl]");
+  cmd->add_flag("--selection", flags->selection, "Capture the representatives of a selection (coverage select)");
   cmd->add_option("--selection-id", flags->selection_id, "With --selection: which selection (0 = the newest)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-layers", flags->max_layers, "With --selection: layers built per model (layers repeat)")
+  cmd->add_option("--model", flags->only_models, "Capture only this model id (repeatable)");
+  cmd->add_option("--profile", flags->only_profiles, "Capture only this profile (repeatable)");
+  cmd->add_option("--profiles", flags->profiles_path,
+                  "Input profiles [default: <home>/configs/capture_profiles.json]");
+  cmd->add_option("--defaults", flags->defaults_path,
+                  "Family defaults for reading a model's structure [default: <home>/data/transformers_defaults.jsonl]");
+  cmd->add_option("--max-layers", flags->max_layers, "Depth every repeated stack is cut to (dimensions never change)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  cmd->add_flag("--no-meta", flags->no_meta,
-                "With --selection: refuse a (model, profile) over --max-gb instead of capturing its shapes on meta "
-                "tensors");
+  cmd->add_option("--max-gb", flags->max_gb,
+                  "Memory budget of a trace on CPU tensors (meta traces allocate nothing); above it the pair is\n"
+                  "refused with the estimate")
+      ->capture_default_str()
+      ->check(FiniteRange(0.01, 4096));
+  cmd->add_option("--device", flags->device, "Where the tracer runs: auto (meta where every op has a meta kernel), meta, cpu")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "meta", "cpu"}));
+  cmd->add_option("--timeout", flags->timeout_s, "Seconds one (model, profile) trace may take")
+      ->capture_default_str()
+      ->check(FiniteRange(1, 86400));
+  cmd->add_option("--tracer-memory-gb", flags->tracer_memory_gb,
+                  "Resident-memory limit of one tracer process [default: --max-gb + 3]")
+      ->check(FiniteRange(0.5, 4096));
+  cmd->add_option("--jobs", flags->jobs,
+                  "Tracer processes at once [default: the cores, at most 4, as memory allows]")
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--seed", flags->seed, "Seed of the traced inputs and CPU weights")->capture_default_str();
+  cmd->add_option("--python", flags->python,
+                  "Python with torch and transformers [default: $COVERAGE_PYTHON, else <home>/.venv/bin/python]");
+  cmd->add_flag("--force", flags->force, "Trace pairs again that were already traced");
+  cmd->add_option("--engine", flags->engine,
+                  "tracer, or builder: the C++ model builder's capture of a selection, kept to compare\n"
+                  "fidelity until program replay retires the model families")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tracer", "builder"}));
+  cmd->add_option("--max-depth", flags->max_depth, "--engine builder: keep nested calls up to this depth")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 16));
+  cmd->add_flag("--no-meta", flags->no_meta, "--engine builder: refuse a pair over --max-gb instead of using meta");
   cmd->callback([&global, flags]() { global.exit_code = RunCapture(global, *flags); });
 }
 

@@ -1,4 +1,4 @@
-// `coverage registry stats | query | export`: the shape registry, queried.
+// `coverage registry stats | query | export | programs`: the shape registry, queried.
 #include <cstdio>
 #include <fstream>
 #include <algorithm>
@@ -259,10 +259,60 @@ int RunStats(const GlobalOptions& global, const FilterFlags& flags) {
   return s.ok() ? kExitOk : ReportError(s);
 }
 
+struct ProgramFlags {
+  std::string model;
+  std::string profile;
+  bool calls = false;
+  std::string format = "table";
+  std::string out;
+};
+
+// `registry programs`: what the tracer did per (model, profile); with
+// --calls, one program call by call.
+int RunPrograms(const GlobalOptions& global, const ProgramFlags& flags) {
+  auto format = ParseFormat(flags.format);
+  if (!format) return ReportError(format.error());
+  auto reg = OpenRegistry(global, true);
+  if (!reg) return ReportError(reg.error());
+  Table t;
+  if (flags.calls) {
+    if (flags.model.empty() || flags.profile.empty()) {
+      return ReportError(Status::InvalidArgument("--calls prints one program: give --model and --profile"));
+    }
+    auto program = (*reg)->LoadProgram(flags.model, flags.profile);
+    if (!program) return ReportError(program.error());
+    if (!*program) {
+      return ReportError(Status::NotFound(fmt::format("no captured program of '{}' / '{}' in {} (coverage registry "
+                                                      "programs lists them)",
+                                                      flags.model, flags.profile, global.registry_path)));
+    }
+    t.headers = {"index", "phase", "module", "call", "reads", "writes"};
+    t.numeric = {true, false, false, false, false, false};
+    for (const auto& c : (*program)->calls) {
+      std::string call = c.op_case ? c.op_case->Summary() : c.op + " (" + c.unsupported + ")";
+      t.rows.push_back({std::to_string(c.index), c.phase, c.module, call, fmt::format("{}", fmt::join(c.inputs, ",")),
+                        fmt::format("{}", fmt::join(c.outputs, ","))});
+    }
+  } else {
+    auto rows = (*reg)->ListPrograms(flags.model);
+    if (!rows) return ReportError(rows.error());
+    t.headers = {"model", "profile", "status", "device", "calls", "cases", "seconds", "reason"};
+    t.numeric = {false, false, false, false, true, true, true, false};
+    for (const auto& r : *rows) {
+      if (!flags.profile.empty() && r.profile != flags.profile) continue;
+      t.rows.push_back({r.model_id, r.profile, r.status, r.info.device, std::to_string(r.calls),
+                        std::to_string(r.cases), fmt::format("{:.1f}", r.seconds),
+                        r.stage.empty() ? r.reason : r.stage + ": " + r.reason});
+    }
+  }
+  Status s = WriteOutput(flags.out, Render(t, *format, 140));
+  return s.ok() ? kExitOk : ReportError(s);
+}
+
 }  // namespace
 
 void AddRegistryCommand(CLI::App& app, GlobalOptions& global) {
-  CLI::App* reg = app.add_subcommand("registry", "Query the shape registry: stats, query, export");
+  CLI::App* reg = app.add_subcommand("registry", "Query the shape registry: stats, query, export, programs");
   reg->require_subcommand(1);
 
   auto stats_flags = std::make_shared<FilterFlags>();
@@ -289,6 +339,17 @@ void AddRegistryCommand(CLI::App& app, GlobalOptions& global) {
   exp->add_option("--format", export_flags->format, "jsonl, json or csv")->capture_default_str();
   exp->add_option("-o,--out", export_flags->out, "Write to this file instead of stdout");
   exp->callback([&global, export_flags]() { global.exit_code = RunExport(global, *export_flags); });
+
+  auto program_flags = std::make_shared<ProgramFlags>();
+  CLI::App* programs = reg->add_subcommand(
+      "programs", "Captured programs per (model, profile): status, device, calls, cases, or why not captured");
+  programs->add_option("--model", program_flags->model, "Only this model id");
+  programs->add_option("--profile", program_flags->profile, "Only this profile");
+  programs->add_flag("--calls", program_flags->calls,
+                     "Print one program (--model and --profile) call by call: phase, module, op case, value ids");
+  programs->add_option("--format", program_flags->format, "table, json or csv")->capture_default_str();
+  programs->add_option("-o,--out", program_flags->out, "Write to this file instead of stdout");
+  programs->callback([&global, program_flags]() { global.exit_code = RunPrograms(global, *program_flags); });
 }
 
 }  // namespace coverage::apps

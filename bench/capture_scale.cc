@@ -1,17 +1,20 @@
 // Capture at scale: every real config shipped in data/hub/configs.jsonl goes
 // through the select step (features, one representative per distinct
-// point) and the model builder's capture with the default input profiles,
-// in a scratch registry. Reports capture throughput (models and (model,
-// profile) pairs per minute), the registry's growth curve as models are
-// added, and the distinct op cases by op and by model structure.
+// point), then capture with the default input profiles, in a scratch
+// registry: `--engine tracer` (the default) traces every config with the
+// capture tracer (capture/tracer_capture.h), `--engine builder` runs the
+// representatives through the C++ model builder, kept to measure the
+// tracer's fidelity against it. Reports capture throughput (models and
+// (model, profile) pairs per minute), the registry's growth curve as models
+// are added, and the distinct op cases by op and by model structure.
 //
-//   build/bin/bench_capture_scale [--limit N] [--max-layers 2] [--max-gb 8] [--batch 10]
-//                                 [--defaults 1] [--profile NAME]... [--db PATH]
+//   build/bin/bench_capture_scale [--engine tracer|builder] [--jobs 2] [--limit N] [--max-layers 2]
+//                                 [--max-gb 8] [--batch 10] [--defaults 1] [--profile NAME]... [--db PATH]
 // --db keeps the registry in PATH (default: a scratch file): a second run
 // on it resumes, skipping (model, profile) pairs already captured.
 // --defaults 1 also stores the default config of every model type in
 // data/transformers_defaults.jsonl (as "defaults/<model_type>") before
-// selecting; --profile keeps only the named profiles.
+// selecting, --real 0 leaves out the real configs; --profile keeps only the named profiles.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "capture/tracer_capture.h"
 #include "core/json_capped.h"
 #include "registry/registry.h"
 #include "runners/blocks.h"
@@ -32,18 +36,22 @@
 
 int main(int argc, char** argv) {
   using namespace coverage;
-  int64_t limit = 0, max_layers = 2, batch = 10, with_defaults = 0;
+  int64_t limit = 0, max_layers = 2, batch = 10, with_defaults = 0, with_real = 1;
   double max_gb = 8;
   std::vector<std::string> only_profiles;
-  std::string db_path;
+  std::string db_path, engine = "tracer";
+  int jobs = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--limit")) limit = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-layers")) max_layers = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-gb")) max_gb = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--defaults")) with_defaults = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--real")) with_real = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--profile")) only_profiles.push_back(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--db")) db_path = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--engine")) engine = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--jobs")) jobs = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown argument '%s'\n", argv[i]);
       return 2;
@@ -61,7 +69,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, std::string>> configs;
   std::ifstream in(home + "/data/hub/configs.jsonl");
   std::string line;
-  while (std::getline(in, line)) {
+  while (with_real && std::getline(in, line)) {
     auto j = ParseJsonCapped(line, {.python_literals = true});
     if (!j) continue;
     registry::HubModelRecord m;
@@ -115,6 +123,73 @@ int main(int argc, char** argv) {
       if (std::find(only_profiles.begin(), only_profiles.end(), p.name) != only_profiles.end()) kept.push_back(p);
     }
     *profiles = kept;
+  }
+
+  if (engine == "tracer") {
+    // Every stored config (not only the representatives), with the structure
+    // its features name.
+    capture::TracerCaptureOptions t;
+    for (const auto& p : *profiles) t.profiles.push_back({p.name, p.families});
+    auto rows = (*reg)->Query(
+        "SELECT m.id, COALESCE(m.model_type, ''), m.config_json, "
+        "COALESCE(json_extract(f.features_json, '$.structure'), '') FROM models m "
+        "LEFT JOIN features f ON f.model_id = m.id WHERE m.config_status = 'fetched' ORDER BY m.rowid");
+    if (!rows) return 2;
+    for (const auto& r : rows->rows) t.models.push_back({r[0], r[1], "bench", r[2], r[3]});
+    if (limit > 0 && static_cast<int64_t>(t.models.size()) > limit) t.models.resize(static_cast<size_t>(limit));
+    t.tracer.python = home + "/.venv/bin/python";
+    t.tracer.package_dir = home + "/capture/tracer";
+    t.tracer.profiles_path = home + "/configs/capture_profiles.json";
+    t.tracer.max_layers = max_layers;
+    t.tracer.max_gb = max_gb;
+    t.jobs = jobs;
+    t.progress = false;
+    const auto start = std::chrono::steady_clock::now();
+    std::printf("tracer: %zu configs, %d jobs\n%8s %8s %10s %10s %10s\n", t.models.size(), jobs, "models", "seconds",
+                "captured", "not", "cases");
+    const std::vector<capture::CaptureModel> all = t.models;
+    int64_t captured = 0, not_captured = 0, meta = 0, cpu = 0;
+    for (size_t done = 0; done < all.size();) {
+      const size_t next = std::min(all.size(), done + static_cast<size_t>(batch));
+      t.models.assign(all.begin() + static_cast<std::ptrdiff_t>(done), all.begin() + static_cast<std::ptrdiff_t>(next));
+      auto s = capture::RunTracerCapture(**reg, t);
+      if (!s) {
+        std::fprintf(stderr, "%s\n", s.error().ToString().c_str());
+        return 2;
+      }
+      captured += s->captured;
+      meta += s->on_meta;
+      cpu += s->on_cpu;
+      not_captured += s->not_built + s->refused + s->failed;
+      done = next;
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("%8zu %8.1f %10lld %10lld %10lld\n", done, secs, static_cast<long long>(captured),
+                  static_cast<long long>(not_captured), static_cast<long long>(s->cases_total));
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto models_captured = (*reg)->Query("SELECT COUNT(DISTINCT model_id) FROM programs WHERE status = 'captured'");
+    const double m = std::stod(models_captured->rows[0][0]);
+    std::printf("captured %.0f models in %lld pairs (%lld on meta, %lld on cpu) in %.1f s: %.1f models/min, %.1f "
+                "pairs/min\n",
+                m, static_cast<long long>(captured), static_cast<long long>(meta), static_cast<long long>(cpu), secs,
+                60.0 * m / secs, 60.0 * static_cast<double>(captured) / secs);
+    auto by_device = (*reg)->Query(
+        "SELECT device, COUNT(*), SUM(seconds), SUM(calls) FROM programs WHERE status = 'captured' GROUP BY device");
+    for (const auto& r : by_device->rows) {
+      std::printf("  on %s: %s pairs, %.1f s of tracer time each, %s calls\n", r[0].c_str(), r[1].c_str(),
+                  std::stod(r[2]) / std::stod(r[1]), r[3].c_str());
+    }
+    auto status = (*reg)->Query("SELECT status, stage, COUNT(*) FROM programs GROUP BY status, stage ORDER BY 3 DESC");
+    for (const auto& r : status->rows) std::printf("  %s %s: %s pairs\n", r[0].c_str(), r[1].c_str(), r[2].c_str());
+    auto reasons = (*reg)->Query("SELECT status, stage, pairs, example, substr(reason, 1, 160) FROM v_capture_failures LIMIT 25");
+    std::printf("not captured, by reason:\n");
+    for (const auto& r : reasons->rows) {
+      std::printf("  %3s pairs %s/%s (e.g. %s): %s\n", r[2].c_str(), r[0].c_str(), r[1].c_str(), r[3].c_str(),
+                  r[4].c_str());
+    }
+    auto cases = (*reg)->Query("SELECT COUNT(*), COUNT(DISTINCT op) FROM op_cases");
+    std::printf("distinct op cases: %s of %s ops\n", cases->rows[0][0].c_str(), cases->rows[0][1].c_str());
+    return 0;
   }
 
   stages::SelectionCaptureOptions options;

@@ -1,10 +1,8 @@
-// The capture step: runs each seed model's blocks under every input profile
-// that applies to its family, with the op observer on, and merges the
-// recorded cases into the registry with provenance.
+// The capture step's inputs and the model builder's capture.
 //
-// Each (model, profile) pair is committed in one transaction together with a
-// `captures` row, so an interrupted capture resumes at the next pair and
-// pairs already captured by the same builder version are skipped.
+// Capture itself is the tracer's (capture/tracer_capture.h): the models to
+// capture come from a selection (SelectionCaptureModels) or from a JSONL
+// file of configs (apps/cmd_capture.cc).
 #pragma once
 
 #include <atomic>
@@ -12,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/tracer_capture.h"
 #include "core/result.h"
 #include "runners/blocks.h"
 
@@ -21,38 +20,18 @@ class Registry;
 
 namespace coverage::stages {
 
-// Bump when the blocks change what they execute: captures by older versions
-// are redone.
-inline constexpr int kBlocksBuilderVersion = 1;
-
-struct CaptureStageOptions {
-  std::vector<runners::BlockModel> models;
-  std::vector<runners::CaptureProfile> profiles;
-  int max_depth = 0;              // see runners::CaptureOptions
-  double max_bytes = 8e9;         // refuse a (model, profile) estimated above this (--max-gb)
-  bool force = false;             // recapture pairs already captured
-  bool progress = true;
-  const std::atomic<bool>* stop = nullptr;
-};
-
-struct CaptureStageSummary {
-  int64_t pairs_captured = 0;
-  int64_t pairs_skipped = 0;   // already captured by this builder version
-  int64_t pairs_refused = 0;   // over the memory budget, or failed
-  int64_t calls = 0;           // recorded calls (before merging)
-  int64_t cases_seen = 0;      // distinct cases in the captured pairs
-  int64_t cases_new = 0;       // cases the registry did not have
-  int64_t cases_pruned = 0;    // cases no capture produces any more (recaptures), without results
-  int64_t cases_total = 0;     // cases in the registry afterwards
-  bool interrupted = false;
-  std::vector<std::string> refusals;            // one line each, with the reason
-  std::map<std::string, int64_t> uncaptured;    // calls that could not be described, by reason
-};
-
-Result<CaptureStageSummary> RunCaptureStage(registry::Registry& registry, const CaptureStageOptions& options);
+// The representatives of selection `selection_id` (0: the newest; the id
+// used is stored in `*resolved_id`), or only `only_models` of them, as
+// tracer capture inputs: config text, model type, and the structure their
+// stored features name (so only the profiles for it are traced).
+Result<std::vector<capture::CaptureModel>> SelectionCaptureModels(registry::Registry& registry, int64_t selection_id,
+                                                                  const std::vector<std::string>& only_models,
+                                                                  int64_t* resolved_id);
 
 // Capture of a selection's representatives with the config-driven model
-// builder (runners/model_builder.h): each representative is planned and,
+// builder (runners/model_builder.h), kept only to measure the tracer's
+// fidelity against it (`coverage capture --selection --engine builder`)
+// until program replay retires the model families: each representative is planned and,
 // when buildable, built from its stored features and config and run under
 // every profile whose `families` name its structure ("decoder", "encoder",
 // "encoder-decoder", "vision", "conv", "speech"). Every (model, profile)

@@ -39,17 +39,17 @@ check "capture reports the registry" has "registry: $DB"
 n=$(cases)
 check "capture stored cases" test "$n" -gt 5
 check "recapture skips what is done" run 0 "$BIN" -q --registry "$DB" capture --model microsoft/resnet-50
-check "recapture says so" has "1 already captured"
+check "recapture says so" has "1 done before"
 check "recapture adds nothing" test "$(cases)" -eq "$n"
 calls=$(sqlite3 "$DB" "SELECT SUM(call_count) FROM case_sources")
 check "forced recapture" run 0 "$BIN" -q --registry "$DB" capture --model microsoft/resnet-50 --force
 check "forced recapture replaces provenance" test "$(sqlite3 "$DB" "SELECT SUM(call_count) FROM case_sources")" -eq "$calls"
 
 check "stats table" run 0 "$BIN" --registry "$DB" registry stats
-check "stats names ops" has "aten::conv2d"
+check "stats names ops" has "aten::convolution"
 check "stats json parses" run 0 "$BIN" --registry "$DB" registry stats --format json
 check "stats json is json" python3 -c "import json,sys; d=json.loads(sys.argv[1]); assert d['cases'] == $n" "$OUT"
-check "query by op and dims" run 0 "$BIN" --registry "$DB" registry query --op conv2d --dim 'weight[-1]==7' --format csv
+check "query by op and dims" run 0 "$BIN" --registry "$DB" registry query --op convolution --dim 'weight[-1]==7' --format csv
 check "query csv has header and one 7x7 conv" test "$(grep -c . <<<"$OUT")" -eq 2
 check "query csv header" has "key,op,case,flops,models,calls"
 check "export jsonl" run 0 "$BIN" --registry "$DB" registry export --op relu -o "$TMP/relu.jsonl"
@@ -74,8 +74,11 @@ check "bad tolerance file is named" has "bad_tol.json: dtypes.f32.rtol"
 printf '{"id": "x/y", "family": "decoder", "config": {}}\nnot json\n' >"$TMP/bad_models.jsonl"
 check "bad models file is refused" run 2 "$BIN" --registry "$DB" capture --models "$TMP/bad_models.jsonl"
 check "bad models file names the line" has "bad_models.jsonl:2"
-check "over the memory budget is refused" run 1 "$BIN" -q --registry "$TMP/budget.db" capture --model microsoft/resnet-50 --max-gb 0.001
-check "refusal gives the estimate" has "over the 0.001 GB budget (--max-gb)"
+check "over the memory budget is refused" run 1 "$BIN" -q --registry "$TMP/budget.db" capture --model microsoft/resnet-50 --device cpu --max-gb 0.01
+check "refusal gives the estimate" has "exceeds --max-gb 0.01"
+check "the refusal is stored" test "$(sqlite3 "$TMP/budget.db" "SELECT status || '/' || stage FROM programs")" = "refused/budget"
+check "a NaN budget is refused" run 2 "$BIN" -q --registry "$TMP/budget.db" capture --max-gb nan
+check "a NaN budget is named" has "--max-gb"
 printf 'not a database, just text that is long enough to have a header-sized prefix of bytes......\n' >"$TMP/text.db"
 check "a foreign file is not taken for a registry" run 2 "$BIN" --registry "$TMP/text.db" registry stats
 check "a foreign file is named" has "is not an SQLite database"

@@ -25,7 +25,7 @@ export COVERAGE_HOME=$TMP/home
 DB=$TMP/r.db
 workers() { pgrep -f -- "--home $TMP/home" | wc -l; }
 
-"$BIN" -q --registry "$DB" capture > "$TMP/capture.out" 2>&1
+"$BIN" -q --registry "$DB" capture --profile prefill --profile image > "$TMP/capture.out" 2>&1
 check "capture for the isolation tests" test "$(sqlite3 "$DB" 'SELECT COUNT(*) FROM op_cases')" -gt 100
 
 # Results as content, by case key: what must not depend on interruptions.

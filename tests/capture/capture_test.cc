@@ -1,0 +1,292 @@
+// The capture driver without Python: TraceReader on hand-written records,
+// and RunTracerCapture against a fake tracer (a shell script standing in for
+// the interpreter) that traces, crashes, hangs, errs or prints garbage.
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "capture/trace_reader.h"
+#include "capture/tracer_capture.h"
+#include "registry/registry.h"
+#include "tests/support/temp_dir.h"
+
+namespace coverage::capture {
+namespace {
+
+const char* kStart =
+    R"({"type":"start","tracer_version":1,"model":"m","profile":"p","class":"LlamaForCausalLM","model_type":"llama","kind":"decoder","torch":"2.13.0","transformers":"5.18.0","device":"meta","layers":{"num_hidden_layers":{"kept":2,"of":22}},"attn_implementation":"sdpa","dtype":"f32","estimated_gb":0.5})";
+const char* kValue0 =
+    R"({"type":"value","id":0,"kind":"parameter","name":"w","tensor":{"dtype":"f32","shape":[4,8],"strides":[8,1],"storage_offset":0},"init":{"rule":"normal","mean":0.0,"std":0.02}})";
+const char* kValue1 =
+    R"({"type":"value","id":1,"kind":"input","name":"input_ids","tensor":{"dtype":"i64","shape":[1,3],"strides":[3,1],"storage_offset":0},"domain":{"kind":"integer","lo":0,"hi":4}})";
+const char* kCall0 =
+    R"({"type":"call","index":0,"op":"aten::embedding","overload":"","args":[{"name":"weight","kind":"tensor","value":0,"tensor":{"dtype":"f32","shape":[4,8],"strides":[8,1],"storage_offset":0}},{"name":"indices","kind":"tensor","value":1,"tensor":{"dtype":"i64","shape":[1,3],"strides":[3,1],"storage_offset":0},"domain":{"kind":"integer","lo":0,"hi":4}},{"name":"padding_idx","kind":"int","i":-1},{"name":"scale_grad_by_freq","kind":"bool","b":false},{"name":"sparse","kind":"bool","b":false}],"outputs":[{"value":2,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}}],"module":"model.embed_tokens","phase":"forward"})";
+const char* kCall1 =
+    R"({"type":"call","index":1,"op":"aten::mul","overload":"Scalar","args":[{"name":"self","kind":"tensor","value":2,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}},{"name":"other","kind":"double","d":"inf"}],"outputs":[{"value":3,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}}],"module":"model","phase":"forward"})";
+const char* kCall2 =
+    R"({"type":"call","index":2,"op":"aten::normal_","overload":"","unsupported":"argument generator: a Generator","outputs":[{"value":3,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}}],"module":"model","phase":"forward"})";
+const char* kEnd = R"({"type":"end","calls":3,"values":4,"seconds":1.5,"peak_rss_mb":300})";
+
+Result<TraceOutcome> Read(const std::vector<std::string>& lines) {
+  TraceReader reader;
+  for (const auto& l : lines) COV_RETURN_IF_ERROR(reader.Feed(l));
+  return reader.Finish();
+}
+
+TEST(TraceReaderTest, ReadsAProgram) {
+  auto out = Read({kStart, kValue0, kValue1, kCall0, kCall1, kCall2, kEnd});
+  ASSERT_TRUE(out) << out.error().message();
+  ASSERT_TRUE(out->program);
+  const Program& p = *out->program;
+  EXPECT_EQ(p.info.class_name, "LlamaForCausalLM");
+  EXPECT_EQ(p.info.device, "meta");
+  EXPECT_EQ(p.info.layers_json, R"({"num_hidden_layers":{"kept":2,"of":22}})");
+  ASSERT_EQ(p.values.size(), 2u);
+  EXPECT_EQ(p.values[0].init_json, R"({"mean":0.0,"rule":"normal","std":0.02})");
+  EXPECT_EQ(p.values[1].tensor->domain.kind, ValueDomain::Kind::kInteger);
+  EXPECT_EQ(p.values[1].tensor->domain.hi, 4);
+  ASSERT_EQ(p.calls.size(), 3u);
+  const ProgramCall& emb = p.calls[0];
+  ASSERT_TRUE(emb.op_case);
+  EXPECT_EQ(emb.inputs, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(emb.outputs, (std::vector<int64_t>{2}));
+  EXPECT_EQ(emb.module, "model.embed_tokens");
+  EXPECT_EQ(emb.op_case->args.size(), 5u);
+  EXPECT_EQ(emb.op_case->args[1].tensor.domain.lo, 0);
+  EXPECT_EQ(emb.op_case->args[2].i, -1);
+  EXPECT_TRUE(std::isinf(p.calls[1].op_case->args[1].d));
+  EXPECT_EQ(p.calls[1].op_case->overload, "Scalar");
+  EXPECT_FALSE(p.calls[2].op_case);
+  EXPECT_EQ(p.calls[2].unsupported, "argument generator: a Generator");
+  EXPECT_EQ(p.calls[2].outputs, (std::vector<int64_t>{3}));
+}
+
+TEST(TraceReaderTest, ReadsAnErrorRecord) {
+  auto out = Read({R"({"type":"error","stage":"config","reason":"unknown model type `nope`","exception":"ValueError"})"});
+  ASSERT_TRUE(out);
+  ASSERT_TRUE(out->error);
+  EXPECT_EQ(out->error->stage, "config");
+  EXPECT_EQ(out->error->exception, "ValueError");
+  EXPECT_EQ(StatusForStage("config"), "not_built");
+  EXPECT_EQ(StatusForStage("profile"), "not_applicable");
+  EXPECT_EQ(StatusForStage("budget"), "refused");
+  EXPECT_EQ(StatusForStage("run"), "failed");
+}
+
+TEST(TraceReaderTest, RefusesWhatIsNotATrace) {
+  auto cut = Read({kStart, kValue0, kValue1, kCall0});
+  ASSERT_FALSE(cut);
+  EXPECT_NE(cut.error().message().find("without an 'end' record"), std::string::npos);
+  auto garbage = Read({kStart, "Loading weights..."});
+  ASSERT_FALSE(garbage);
+  EXPECT_NE(garbage.error().message().find("line 2: not a JSON record"), std::string::npos);
+  auto skipped = Read({kStart, kValue0, kValue1, kCall1});
+  ASSERT_FALSE(skipped);
+  EXPECT_NE(skipped.error().message().find("call index 1 where 0 was expected"), std::string::npos);
+  auto count = Read({kStart, kValue0, kValue1, kCall0, R"({"type":"end","calls":5,"values":3})"});
+  ASSERT_FALSE(count);
+  EXPECT_NE(count.error().message().find("counts 5 calls but 1 were read"), std::string::npos);
+  auto field = Read({kStart, R"({"type":"value","id":"x","kind":"input"})"});
+  ASSERT_FALSE(field);
+  EXPECT_NE(field.error().message().find("line 2.id: expected an integer"), std::string::npos);
+  auto version = Read({R"({"type":"start","tracer_version":99})"});
+  ASSERT_FALSE(version);
+  EXPECT_NE(version.error().message().find("tracer_version 99"), std::string::npos);
+  EXPECT_FALSE(Read({}));
+}
+
+// A fake interpreter: `python -m coverage_tracer --config - --profile P --model-id M ...`
+// behaves by profile (and model id), and logs every start to calls.log.
+class FakeTracerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(dir_.File("pkg/coverage_tracer"));
+    std::ofstream(dir_.File("pkg/coverage_tracer/__main__.py")) << "";
+    python_ = dir_.File("python");
+    std::ofstream script(python_);
+    script << "#!/bin/bash\n"
+              "profile=''; model=''\n"
+              "while [ $# -gt 0 ]; do case $1 in --profile) profile=$2; shift;; --model-id) model=$2; shift;; esac; shift; done\n"
+              "cat > /dev/null\n"
+              "echo \"$model/$profile\" >> " << dir_.File("calls.log") << "\n"
+              "start='{\"type\":\"start\",\"tracer_version\":1,\"model\":\"'$model'\",\"profile\":\"'$profile'\",\"class\":\"C\",\"kind\":\"decoder\",\"device\":\"meta\"}'\n"
+              "case $model in broken*) echo '{\"type\":\"error\",\"stage\":\"build\",\"reason\":\"The hidden size (50) is not a multiple of the number of attention heads (3)\",\"exception\":\"ValueError\"}'; exit 3;; esac\n"
+              "case $profile in\n"
+              "  ok) echo \"$start\"; echo '" << kValue0 << "'; echo '" << kValue1 << "'; echo '" << kCall0 << "'\n"
+              "      echo '" << kCall1 << "'; echo '" << kCall2 << "'; echo '" << kEnd << "';;\n"
+              "  crash) echo 'Fatal Python error: Segmentation fault' >&2; kill -SEGV $$;;\n"
+              "  hang) echo \"$start\"; exec sleep 600;;\n"
+              "  garbage) echo 'hello'; exit 0;;\n"
+              "  cut) echo \"$start\"; echo '" << kValue0 << "'; exit 1;;\n"
+              "  memory) exec python3 -c 'import time; x = bytearray(400_000_000); time.sleep(60)';;\n"
+              "  usage) echo 'python -m coverage_tracer: error: --max-gb must be positive' >&2; exit 2;;\n"
+              "esac\n";
+    script.close();
+    chmod(python_.c_str(), 0755);
+    auto reg = registry::Registry::Open(dir_.File("r.db"));
+    ASSERT_TRUE(reg) << reg.error().message();
+    registry_ = std::move(*reg);
+  }
+
+  TracerCaptureOptions Options(std::vector<std::string> profiles, std::vector<std::string> models = {"m"}) {
+    TracerCaptureOptions o;
+    for (const auto& id : models) o.models.push_back({id, "llama", "test", R"({"model_type":"llama"})", ""});
+    for (const auto& p : profiles) o.profiles.push_back({p, {"decoder"}});
+    o.tracer.python = python_;
+    o.tracer.package_dir = dir_.File("pkg");
+    o.tracer.timeout_s = 3;
+    o.progress = false;
+    return o;
+  }
+
+  int Starts() {
+    std::ifstream in(dir_.File("calls.log"));
+    int n = 0;
+    std::string line;
+    while (std::getline(in, line)) ++n;
+    return n;
+  }
+
+  testing::TempDir dir_;
+  std::string python_;
+  std::unique_ptr<registry::Registry> registry_;
+};
+
+TEST_F(FakeTracerTest, EachFailureCostsOnlyItsPair) {
+  TracerCaptureOptions o = Options({"ok", "crash", "hang", "garbage", "cut"});
+  o.jobs = 2;
+  const auto start = std::chrono::steady_clock::now();
+  auto s = RunTracerCapture(*registry_, o);
+  ASSERT_TRUE(s) << s.error().message();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30);
+  EXPECT_EQ(s->captured, 1);
+  EXPECT_EQ(s->failed, 4);
+  EXPECT_FALSE(s->interrupted);
+  const auto status = [&](const std::string& profile) {
+    auto r = registry_->GetProgramRecord("m", profile);
+    EXPECT_TRUE(r && *r) << profile;
+    return (r && *r) ? (*r)->status + "/" + (*r)->stage : std::string();
+  };
+  EXPECT_EQ(status("ok"), "captured/");
+  EXPECT_EQ(status("crash"), "failed/crash");
+  EXPECT_EQ(status("hang"), "failed/timeout");
+  EXPECT_EQ(status("garbage"), "failed/output");
+  EXPECT_EQ(status("cut"), "failed/crash");
+  auto crash = registry_->GetProgramRecord("m", "crash");
+  EXPECT_NE((*crash)->reason.find("SIGSEGV"), std::string::npos) << (*crash)->reason;
+  EXPECT_NE((*crash)->reason.find("Segmentation fault"), std::string::npos) << (*crash)->reason;
+  auto hang = registry_->GetProgramRecord("m", "hang");
+  EXPECT_LT((*hang)->seconds, 10);
+
+  // The captured program reads back as it was traced; its cases have provenance.
+  auto program = registry_->LoadProgram("m", "ok");
+  ASSERT_TRUE(program && *program);
+  const Program& p = **program;
+  ASSERT_EQ(p.calls.size(), 3u);
+  EXPECT_EQ(p.calls[0].op, "aten::embedding");
+  EXPECT_EQ(p.calls[0].inputs, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(p.calls[0].module, "model.embed_tokens");
+  EXPECT_FALSE(p.calls[2].op_case);
+  EXPECT_EQ(p.values.size(), 2u);
+  EXPECT_EQ(p.values[1].name, "input_ids");
+  EXPECT_EQ(p.values[1].tensor->domain.hi, 4);
+  EXPECT_EQ(p.info.class_name, "C");
+  auto sources = registry_->Query(
+      "SELECT module_path, first_call, call_count FROM case_sources WHERE model_id = 'm' ORDER BY first_call");
+  ASSERT_TRUE(sources);
+  ASSERT_EQ(sources->rows.size(), 2u);
+  EXPECT_EQ(sources->rows[0], (std::vector<std::string>{"model.embed_tokens", "0", "1"}));
+  EXPECT_EQ(sources->rows[1], (std::vector<std::string>{"model", "1", "1"}));
+  auto rec = registry_->GetProgramRecord("m", "ok");
+  EXPECT_EQ((*rec)->cases, 2);
+  EXPECT_EQ((*rec)->unsupported_calls, 1);
+}
+
+TEST_F(FakeTracerTest, ResumesAndRetracesOnlyWhatChanged) {
+  TracerCaptureOptions o = Options({"ok", "crash"});
+  ASSERT_TRUE(RunTracerCapture(*registry_, o));
+  EXPECT_EQ(Starts(), 2);
+  auto again = RunTracerCapture(*registry_, o);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->skipped, 2);
+  EXPECT_EQ(Starts(), 2);  // nothing ran
+  auto cases = registry_->CountCases();
+  ASSERT_TRUE(cases);
+  // A changed config is traced again; provenance is replaced, not added to.
+  o.models[0].config_json = R"({"model_type":"llama","hidden_size":8})";
+  auto changed = RunTracerCapture(*registry_, o);
+  ASSERT_TRUE(changed);
+  EXPECT_EQ(changed->skipped, 0);
+  EXPECT_EQ(Starts(), 4);
+  EXPECT_EQ(*registry_->CountCases(), *cases);
+  auto calls = registry_->Query("SELECT SUM(call_count) FROM case_sources");
+  EXPECT_EQ(calls->rows[0][0], "2");
+  o.force = true;
+  ASSERT_TRUE(RunTracerCapture(*registry_, o));
+  EXPECT_EQ(Starts(), 6);
+  // Prune keeps the cases programs call.
+  EXPECT_EQ(*registry_->PruneOrphanCases(), 0);
+}
+
+TEST_F(FakeTracerTest, AModelNotBuiltIsTracedOnce) {
+  TracerCaptureOptions o = Options({"ok", "crash", "hang"}, {"broken/bert"});
+  auto s = RunTracerCapture(*registry_, o);
+  ASSERT_TRUE(s) << s.error().message();
+  EXPECT_EQ(s->not_built, 3);
+  EXPECT_EQ(Starts(), 1);
+  auto r = registry_->GetProgramRecord("broken/bert", "hang");
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ((*r)->status, "not_built");
+  EXPECT_EQ((*r)->stage, "build");
+  EXPECT_NE((*r)->reason.find("hidden size (50)"), std::string::npos);
+}
+
+TEST_F(FakeTracerTest, MemoryLimitAndInterruption) {
+  TracerCaptureOptions o = Options({"memory"});
+  o.tracer.memory_limit_gb = 0.2;
+  o.tracer.timeout_s = 30;
+  auto s = RunTracerCapture(*registry_, o);
+  ASSERT_TRUE(s);
+  auto r = registry_->GetProgramRecord("m", "memory");
+  ASSERT_TRUE(r && *r);
+  EXPECT_EQ((*r)->status + "/" + (*r)->stage, "failed/memory");
+
+  std::atomic<bool> stop{false};
+  TracerCaptureOptions h = Options({"hang"});
+  h.tracer.timeout_s = 60;
+  h.stop = &stop;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    stop = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto i = RunTracerCapture(*registry_, h);
+  stopper.join();
+  ASSERT_TRUE(i);
+  EXPECT_TRUE(i->interrupted);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10);
+  auto none = registry_->GetProgramRecord("m", "hang");
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(*none);  // an interrupted pair is not stored: the next capture traces it
+}
+
+TEST_F(FakeTracerTest, RefusedCommandLineStopsTheCapture) {
+  auto s = RunTracerCapture(*registry_, Options({"usage", "ok"}));
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message().find("--max-gb must be positive"), std::string::npos);
+  TracerCaptureOptions missing = Options({"ok"});
+  missing.tracer.python = dir_.File("no-such-python");
+  auto m = RunTracerCapture(*registry_, missing);
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().message().find("scripts/setup.sh"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coverage::capture
