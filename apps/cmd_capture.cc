@@ -33,7 +33,7 @@ struct CaptureFlags {
   bool selection = false;
   int64_t selection_id = 0;
   int64_t max_layers = 2;
-  double max_gb = 4;
+  double max_gb = 8;
   std::string device = "auto";
   double timeout_s = 900;
   double tracer_memory_gb = 0;

@@ -61,6 +61,9 @@ PairResult TracePair(const TracerCaptureOptions& options, const std::vector<Pair
   rec.tracer_version = kTracerVersion;
   rec.max_layers = t.max_layers;
   rec.config_sha256 = pair.config_sha;
+  rec.max_gb = t.max_gb;
+  rec.device_option = t.device;
+  rec.seed = t.seed;
 
   TracerCommand cmd;
   cmd.python = t.python;
@@ -192,8 +195,10 @@ Result<TracerCaptureSummary> RunTracerCapture(registry::Registry& registry, cons
     if (!options.force) {
       COV_ASSIGN_OR_RETURN(auto stored, registry.GetProgramRecord(options.models[pairs[i].model].id,
                                                                   pairs[i].profile->name));
+      // Done when traced the same way; a refusal is retried with a larger budget.
       if (stored && stored->tracer_version == kTracerVersion && stored->max_layers == t.max_layers &&
-          stored->config_sha256 == pairs[i].config_sha) {
+          stored->config_sha256 == pairs[i].config_sha && stored->device_option == t.device &&
+          stored->seed == t.seed && !(stored->status == "refused" && t.max_gb > stored->max_gb)) {
         ++summary.skipped;
         continue;
       }

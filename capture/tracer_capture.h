@@ -5,7 +5,8 @@
 // once; each pair's records are parsed as they stream in and written by
 // this thread in one transaction per pair (Registry::StoreProgram). A pair
 // is skipped when the registry already holds its outcome from this tracer
-// version, depth and config text (resumable and idempotent: an interrupted
+// version, depth, device option, seed and config text, except a refusal
+// when the budget is now larger (resumable and idempotent: an interrupted
 // capture loses only the pairs in flight; `force` redoes every pair). What
 // the tracer could not do is stored too, with its reason:
 //   not_built       transformers cannot build the model offline (config or build stage:

@@ -26,7 +26,8 @@ Result<std::vector<int64_t>> IdsFromJson(const std::string& text, const std::str
 }
 
 constexpr const char* kProgramColumns =
-    "program_id, model_id, profile, tracer_version, max_layers, config_sha256, status, COALESCE(stage, ''), "
+    "program_id, model_id, profile, tracer_version, max_layers, config_sha256, max_gb, device_option, seed, status, "
+    "COALESCE(stage, ''), "
     "COALESCE(reason, ''), COALESCE(exception, ''), COALESCE(class_name, ''), COALESCE(model_type, ''), "
     "COALESCE(kind, ''), COALESCE(device, ''), COALESCE(fallback, ''), COALESCE(attn_implementation, ''), "
     "COALESCE(dtype, ''), COALESCE(layers_json, ''), COALESCE(torch_version, ''), "
@@ -42,6 +43,9 @@ ProgramRecord ReadProgramRow(const Statement& s) {
   r.tracer_version = static_cast<int>(s.Int(c++));
   r.max_layers = s.Int(c++);
   r.config_sha256 = s.Text(c++);
+  r.max_gb = s.Double(c++);
+  r.device_option = s.Text(c++);
+  r.seed = static_cast<uint64_t>(s.Int(c++));
   r.status = s.Text(c++);
   r.stage = s.Text(c++);
   r.reason = s.Text(c++);
@@ -89,16 +93,18 @@ Status Registry::StoreProgram(const ModelRecord& model, ProgramRecord* rec, cons
     COV_ASSIGN_OR_RETURN(auto ins, db_->Prepare(
         "INSERT INTO programs(model_id, profile, tracer_version, max_layers, config_sha256, status, stage, reason, "
         "exception, class_name, model_type, kind, device, fallback, attn_implementation, dtype, layers_json, "
-        "torch_version, transformers_version, value_count, estimated_gb, seconds, peak_rss_mb) "
+        "torch_version, transformers_version, value_count, estimated_gb, seconds, peak_rss_mb, max_gb, "
+        "device_option, seed) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULLIF(?7, ''), NULLIF(?8, ''), NULLIF(?9, ''), NULLIF(?10, ''), "
         "NULLIF(?11, ''), NULLIF(?12, ''), NULLIF(?13, ''), NULLIF(?14, ''), NULLIF(?15, ''), NULLIF(?16, ''), "
-        "NULLIF(?17, ''), NULLIF(?18, ''), NULLIF(?19, ''), ?20, ?21, ?22, ?23) RETURNING program_id"));
+        "NULLIF(?17, ''), NULLIF(?18, ''), NULLIF(?19, ''), ?20, ?21, ?22, ?23, ?24, ?25, ?26) RETURNING program_id"));
     ins.Bind(1, rec->model_id).Bind(2, rec->profile).Bind(3, rec->tracer_version).Bind(4, rec->max_layers);
     ins.Bind(5, rec->config_sha256).Bind(6, rec->status).Bind(7, rec->stage).Bind(8, rec->reason);
     ins.Bind(9, rec->exception).Bind(10, info.class_name).Bind(11, info.model_type).Bind(12, info.kind);
     ins.Bind(13, info.device).Bind(14, info.fallback).Bind(15, info.attn_implementation).Bind(16, info.dtype);
     ins.Bind(17, info.layers_json).Bind(18, info.torch_version).Bind(19, info.transformers_version);
     ins.Bind(20, info.value_count).Bind(21, info.estimated_gb).Bind(22, rec->seconds).Bind(23, rec->peak_rss_mb);
+    ins.Bind(24, rec->max_gb).Bind(25, rec->device_option).Bind(26, static_cast<int64_t>(rec->seed));
     COV_ASSIGN_OR_RETURN(bool row, ins.Step());
     if (!row) return Status::Internal("INSERT of a program returned no id");
     rec->program_id = ins.Int(0);

@@ -195,6 +195,9 @@ struct ProgramRecord {
   int tracer_version = 0;
   int64_t max_layers = 0;
   std::string config_sha256;  // of the config text traced
+  double max_gb = 0;          // the tracer's CPU-run budget
+  std::string device_option = "auto";
+  uint64_t seed = 0;
   std::string status;         // captured, not_built, not_applicable, refused, failed
   std::string stage;          // not captured: config, build, profile, budget, run, timeout, memory, crash, output
   std::string reason;

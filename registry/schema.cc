@@ -377,6 +377,9 @@ CREATE TABLE programs (
   tracer_version    INTEGER NOT NULL,
   max_layers        INTEGER NOT NULL,
   config_sha256     TEXT NOT NULL,      -- of the config text traced; a changed config is traced again
+  max_gb            REAL NOT NULL,      -- the CPU-run budget it was traced with (a refusal is retried with more)
+  device_option     TEXT NOT NULL,      -- --device: auto, meta or cpu
+  seed              INTEGER NOT NULL,
   status            TEXT NOT NULL CHECK (status IN ('captured', 'not_built', 'not_applicable', 'refused', 'failed')),
   stage             TEXT,               -- why not captured: config, build, profile, budget, run, timeout, memory, crash, output
   reason            TEXT,               -- the library's own message, or what happened to the tracer

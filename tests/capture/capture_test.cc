@@ -126,6 +126,7 @@ class FakeTracerTest : public ::testing::Test {
               "  garbage) echo 'hello'; exit 0;;\n"
               "  cut) echo \"$start\"; echo '" << kValue0 << "'; exit 1;;\n"
               "  memory) exec python3 -c 'import time; x = bytearray(400_000_000); time.sleep(60)';;\n"
+              "  budget) echo '{\"type\":\"error\",\"stage\":\"budget\",\"reason\":\"needs 5 GB\"}'; exit 3;;\n"
               "  usage) echo 'python -m coverage_tracer: error: --max-gb must be positive' >&2; exit 2;;\n"
               "esac\n";
     script.close();
@@ -233,6 +234,24 @@ TEST_F(FakeTracerTest, ResumesAndRetracesOnlyWhatChanged) {
   EXPECT_EQ(Starts(), 6);
   // Prune keeps the cases programs call.
   EXPECT_EQ(*registry_->PruneOrphanCases(), 0);
+}
+
+TEST_F(FakeTracerTest, ARefusalIsRetriedWithALargerBudget) {
+  TracerCaptureOptions o = Options({"budget"});
+  o.tracer.max_gb = 4;
+  auto first = RunTracerCapture(*registry_, o);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->refused, 1);
+  ASSERT_TRUE(RunTracerCapture(*registry_, o));
+  EXPECT_EQ(Starts(), 1);  // the same budget: done
+  o.tracer.max_gb = 8;
+  ASSERT_TRUE(RunTracerCapture(*registry_, o));
+  EXPECT_EQ(Starts(), 2);
+  auto r = registry_->GetProgramRecord("m", "budget");
+  EXPECT_EQ((*r)->max_gb, 8);
+  o.tracer.device = "cpu";  // another device option traces again
+  ASSERT_TRUE(RunTracerCapture(*registry_, o));
+  EXPECT_EQ(Starts(), 3);
 }
 
 TEST_F(FakeTracerTest, AModelNotBuiltIsTracedOnce) {
