@@ -317,6 +317,9 @@ Result<TracerCaptureSummary> RunTracerCapture(registry::Registry& registry, cons
   if (!failure.ok()) return failure;
   if (received < todo.size()) summary.interrupted = true;
   for (bool c : model_captured) summary.models_captured += c;
+  // Recaptures can leave cases no program calls and no run used.
+  COV_ASSIGN_OR_RETURN(int64_t pruned, registry.PruneOrphanCases());
+  (void)pruned;
   COV_ASSIGN_OR_RETURN(summary.cases_total, registry.CountCases());
   summary.cases_new = summary.cases_total - cases_before;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
