@@ -16,6 +16,7 @@
 
 #include "apps/app.h"
 #include "capture/tracer_capture.h"
+#include "core/json_capped.h"
 #include "registry/registry.h"
 #include "selection/features.h"
 #include "stages/capture_stage.h"
@@ -72,12 +73,18 @@ Result<std::vector<capture::CaptureModel>> LoadModels(const std::string& path, c
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = fmt::format("{}:{}", path, line_no);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      return Status::InvalidArgument(fmt::format("{}: not valid JSON (column {}): {}", where, e.byte, e.what()));
+    // Python's NaN and Infinity are accepted (real config.json files hold
+    // them, e.g. Nemotron-H's time_step_limit) and reach the tracer as written.
+    auto parsed = ParseJsonCapped(line, {.python_literals = true});
+    if (!parsed) {
+      try {
+        (void)nlohmann::json::parse(line);
+      } catch (const nlohmann::json::parse_error& e) {
+        return Status::InvalidArgument(fmt::format("{}: not valid JSON (column {}): {}", where, e.byte, e.what()));
+      }
+      return Status::InvalidArgument(fmt::format("{}: {}", where, parsed.error().message()));
     }
+    const nlohmann::json& j = *parsed;
     if (!j.is_object()) return Status::InvalidArgument(where + ": expected an object {\"id\", \"config\"}");
     if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
       return Status::InvalidArgument(where + ": 'id' must be a non-empty string");
@@ -89,7 +96,7 @@ Result<std::vector<capture::CaptureModel>> LoadModels(const std::string& path, c
     m.id = j["id"].get<std::string>();
     if (!only.empty() && std::find(only.begin(), only.end(), m.id) == only.end()) continue;
     const nlohmann::json& config = j["config"];
-    m.config_json = config.dump();
+    m.config_json = std::string(RawJsonMember(line, "config").value_or(config.dump()));
     if (config.contains("model_type") && config["model_type"].is_string()) {
       m.model_type = config["model_type"].get<std::string>();
     }

@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
     m.id = (*j)["id"];
     m.model_type = (*j)["config"].value("model_type", "");
     models.push_back(m);
-    configs.emplace_back(m.id, (*j)["config"].dump());
+    configs.emplace_back(m.id, std::string(RawJsonMember(line, "config").value_or((*j)["config"].dump())));
   }
   const size_t real_configs = configs.size();
   if (with_defaults) {

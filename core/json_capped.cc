@@ -81,4 +81,75 @@ Result<nlohmann::json> ParseJsonCapped(std::string_view body, const JsonParseOpt
   return j;
 }
 
+std::optional<std::string_view> RawJsonMember(std::string_view text, std::string_view key) {
+  size_t i = 0;
+  auto skip_space = [&] {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) ++i;
+  };
+  // One value from i (string, number, literal, or nested container); returns
+  // false on text that ends inside it.
+  auto skip_value = [&]() -> bool {
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (; i < text.size(); ++i) {
+      const char c = text[i];
+      if (in_string) {
+        if (escaped) {
+          escaped = false;
+        } else if (c == '\\') {
+          escaped = true;
+        } else if (c == '"') {
+          in_string = false;
+          if (depth == 0) {
+            ++i;
+            return true;
+          }
+        }
+        continue;
+      }
+      if (c == '"') {
+        in_string = true;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ']' || c == '}') {
+        if (depth == 0) return true;  // the end of the enclosing object
+        if (--depth == 0) {
+          ++i;
+          return true;
+        }
+      } else if (depth == 0 && c == ',') {
+        return true;
+      }
+    }
+    return depth == 0 && !in_string;
+  };
+  skip_space();
+  if (i >= text.size() || text[i] != '{') return std::nullopt;
+  ++i;
+  while (true) {
+    skip_space();
+    if (i >= text.size() || text[i] != '"') return std::nullopt;
+    const size_t name_start = i;
+    if (!skip_value()) return std::nullopt;
+    // The member name as written, quotes stripped; names with escapes never
+    // match, which is fine for the plain keys callers ask for.
+    const std::string_view name = text.substr(name_start + 1, i - name_start - 2);
+    skip_space();
+    if (i >= text.size() || text[i] != ':') return std::nullopt;
+    ++i;
+    skip_space();
+    const size_t value_start = i;
+    if (!skip_value()) return std::nullopt;
+    size_t value_end = i;
+    while (value_end > value_start && (text[value_end - 1] == ' ' || text[value_end - 1] == '\t' ||
+                                       text[value_end - 1] == '\n' || text[value_end - 1] == '\r')) {
+      --value_end;
+    }
+    if (name == key) return text.substr(value_start, value_end - value_start);
+    skip_space();
+    if (i >= text.size() || text[i] != ',') return std::nullopt;
+    ++i;
+  }
+}
+
 }  // namespace coverage

@@ -1,6 +1,7 @@
 // Parsing JSON from outside (Hub pages, config.json files) defensively.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -22,5 +23,12 @@ struct JsonParseOptions {
 // Parses `body`, refusing nesting deeper than max_depth and non-JSON.
 // Errors: InvalidArgument with the reason.
 Result<nlohmann::json> ParseJsonCapped(std::string_view body, const JsonParseOptions& options = {});
+
+// The text of the value of member `key` of the JSON object `object_text`,
+// exactly as written (Python's NaN and Infinity included, which a parsed
+// nlohmann::json can only write back as null), or nullopt when the text is
+// not an object or has no such top-level member. Call it on text that
+// ParseJsonCapped accepted: it finds members but does not validate.
+std::optional<std::string_view> RawJsonMember(std::string_view object_text, std::string_view key);
 
 }  // namespace coverage

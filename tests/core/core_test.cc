@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/case_result.h"
+#include "core/json_capped.h"
 #include "core/op_case.h"
 #include "core/outcome.h"
 #include "core/result.h"
@@ -201,3 +202,20 @@ TEST(CaseResult, JsonRoundTripKeepsWarmSpreadAndCounters) {
 
 }  // namespace
 }  // namespace coverage
+
+TEST(RawJsonMember, KeepsTheValueAsWrittenPythonLiteralsIncluded) {
+  const std::string line =
+      R"({"id": "a/b", "note": "x, } ] \" y", "config": {"time_step_limit": [0.0, Infinity], "n": {"a": "}"}} , "z": 1})";
+  using coverage::ParseJsonCapped;
+  using coverage::RawJsonMember;
+  ASSERT_TRUE(ParseJsonCapped(line, {.python_literals = true}).has_value());
+  auto config = RawJsonMember(line, "config");
+  ASSERT_TRUE(config.has_value());
+  EXPECT_EQ(*config, R"({"time_step_limit": [0.0, Infinity], "n": {"a": "}"}})");
+  EXPECT_EQ(RawJsonMember(line, "id").value_or(""), "\"a/b\"");
+  EXPECT_EQ(RawJsonMember(line, "z").value_or(""), "1");
+  EXPECT_FALSE(RawJsonMember(line, "a").has_value());  // nested members are not top-level ones
+  EXPECT_FALSE(RawJsonMember(line, "missing").has_value());
+  EXPECT_FALSE(RawJsonMember("[1, 2]", "config").has_value());
+  EXPECT_FALSE(RawJsonMember(R"({"config": [1, 2)", "config").has_value());
+}
