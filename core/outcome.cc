@@ -7,6 +7,7 @@ std::string_view OutcomeName(Outcome outcome) {
     case Outcome::kPass: return "pass";
     case Outcome::kMismatch: return "mismatch";
     case Outcome::kShapeMismatch: return "shape_mismatch";
+    case Outcome::kShapeDivergence: return "shape_divergence";
     case Outcome::kDtypeMismatch: return "dtype_mismatch";
     case Outcome::kNonFiniteMismatch: return "nonfinite_mismatch";
     case Outcome::kError: return "error";

@@ -12,6 +12,8 @@ enum class Outcome {
   kPass,               // within tolerance of the reference (see Note [Tolerances])
   kMismatch,           // values differ beyond tolerance
   kShapeMismatch,      // an output has a different shape than the reference
+  kShapeDivergence,    // program replay: a call in the middle of the program gave another shape
+                       // on the backend (a data-dependent op, a wrong kernel); later calls cannot run
   kDtypeMismatch,      // an output has a different dtype than the reference
   kNonFiniteMismatch,  // NaN/Inf where the reference has finite values, or vice versa
   kError,              // the backend raised an error while running the case
@@ -24,7 +26,7 @@ enum class Outcome {
 };
 
 inline constexpr Outcome kAllOutcomes[] = {
-    Outcome::kPass,  Outcome::kMismatch,    Outcome::kShapeMismatch, Outcome::kDtypeMismatch,
+    Outcome::kPass,  Outcome::kMismatch,    Outcome::kShapeMismatch, Outcome::kShapeDivergence, Outcome::kDtypeMismatch,
     Outcome::kNonFiniteMismatch, Outcome::kError, Outcome::kUnsupported, Outcome::kSkipped,
     Outcome::kCrash, Outcome::kTimeout,     Outcome::kExpectedFailure, Outcome::kUnexpectedPass,
 };

@@ -34,7 +34,8 @@ using nlohmann::json;
 bool ShouldRerunCase(Outcome o) { return IsUnexpectedFailure(o) && o != Outcome::kUnsupported; }
 
 bool IsValueVerdict(Outcome o) {
-  return o == Outcome::kMismatch || o == Outcome::kShapeMismatch || o == Outcome::kDtypeMismatch ||
+  return o == Outcome::kMismatch || o == Outcome::kShapeMismatch || o == Outcome::kShapeDivergence ||
+         o == Outcome::kDtypeMismatch ||
          o == Outcome::kNonFiniteMismatch;
 }
 

@@ -352,22 +352,28 @@ Result<std::vector<c10::IValue>> MaterializedCase::Build(c10::Device device, boo
         }
         break;
       }
-      case Argument::Kind::kInt: out.emplace_back(a.i); break;
-      case Argument::Kind::kDouble: out.emplace_back(a.d); break;
-      case Argument::Kind::kBool: out.emplace_back(a.b); break;
-      case Argument::Kind::kString: out.emplace_back(a.s); break;
-      case Argument::Kind::kIntList: out.emplace_back(a.ints); break;
-      case Argument::Kind::kDoubleList: out.emplace_back(a.doubles); break;
-      case Argument::Kind::kBoolList: {
-        c10::List<bool> list;
-        for (bool b : a.bools) list.push_back(b);
-        out.emplace_back(std::move(list));
-        break;
-      }
-      case Argument::Kind::kDevice: out.emplace_back(device); break;
+      default: out.push_back(NonTensorIValue(a, device)); break;
     }
   }
   return out;
+}
+
+c10::IValue NonTensorIValue(const Argument& a, c10::Device device) {
+  switch (a.kind) {
+    case Argument::Kind::kInt: return a.i;
+    case Argument::Kind::kDouble: return a.d;
+    case Argument::Kind::kBool: return a.b;
+    case Argument::Kind::kString: return a.s;
+    case Argument::Kind::kIntList: return a.ints;
+    case Argument::Kind::kDoubleList: return a.doubles;
+    case Argument::Kind::kBoolList: {
+      c10::List<bool> list;
+      for (bool b : a.bools) list.push_back(b);
+      return list;
+    }
+    case Argument::Kind::kDevice: return device;
+    default: return c10::IValue();  // None; tensors are the caller's
+  }
 }
 
 // A stable text form of the spec (shape, strides, offset, dtype, domain).
@@ -379,6 +385,14 @@ static std::string SpecKey(const TensorSpec& t) {
   k += "|" + std::to_string(t.storage_offset) + "|" + std::string(ValueDomainKindName(t.domain.kind));
   if (t.domain.kind == ValueDomain::Kind::kInteger) k += std::to_string(t.domain.lo) + ":" + std::to_string(t.domain.hi);
   return k;
+}
+
+at::Tensor MakeTensor(const TensorSpec& spec, std::string_view name, uint64_t seed) {
+  const std::string key = std::string(name) + "|" + SpecKey(spec) + "@" + std::to_string(seed);
+  uint64_t state = 0xcbf29ce484222325ULL;
+  for (unsigned char ch : key) state = (state ^ ch) * 0x100000001b3ULL;
+  const uint64_t offset = SplitMix64(state);
+  return MakeBase(spec, offset).as_strided(spec.shape, spec.strides, spec.storage_offset);
 }
 
 Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::FunctionSchema& schema, uint64_t seed,

@@ -14,6 +14,7 @@
 #include <functional>
 #include <list>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -105,6 +106,15 @@ class MaterializedCase {
   // Device copies of bases, cached per (device, dtype-conversion).
   std::vector<std::pair<std::string, at::Tensor>> cache_;
 };
+
+// The IValue of a non-tensor argument (numbers, strings, lists; a device
+// argument names `device`); None for kNone and the tensor kinds.
+c10::IValue NonTensorIValue(const Argument& a, c10::Device device);
+
+// One tensor with `spec`'s dtype, shape, strides and offset whose values
+// follow its domain (Note [Value domains]), deterministic in `name` and
+// `seed`: program replay's leaves (inputs, constants).
+at::Tensor MakeTensor(const TensorSpec& spec, std::string_view name, uint64_t seed);
 
 // Materialises the inputs of `op_case` for `schema`, reusing bases from
 // `cache` when given. Fails (InvalidArgument) when the case does not fit the

@@ -25,27 +25,6 @@ double Micros(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
 
-// Ops whose outputs are uninitialised or random: only shape and dtype are
-// compared. Dropout-like ops are random only in training mode.
-bool ValuesMeaningful(const OpCase& c) {
-  static constexpr std::string_view kNeverMeaningful[] = {
-      "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
-      "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like", "aten::randint", "aten::randint_like",
-      "aten::randperm", "aten::bernoulli", "aten::bernoulli_", "aten::multinomial", "aten::normal",
-      "aten::normal_", "aten::uniform_", "aten::exponential_", "aten::random_", "aten::_fused_dropout",
-      "aten::resize_", "aten::set_"};
-  for (auto op : kNeverMeaningful) {
-    if (c.op == op) return false;
-  }
-  if (c.op == "aten::dropout" || c.op == "aten::native_dropout" || c.op == "aten::feature_dropout" ||
-      c.op == "aten::alpha_dropout" || c.op == "aten::dropout_") {
-    for (const auto& a : c.args) {
-      if (a.name == "train" && a.kind == Argument::Kind::kBool) return !a.b;
-    }
-  }
-  return true;
-}
-
 void Flatten(const c10::IValue& v, std::vector<c10::IValue>* out) {
   if (v.isTensor() || v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble()) {
     out->push_back(v);
@@ -100,6 +79,25 @@ bool HasFloatingTensor(const OpCase& c) {
 }
 
 }  // namespace
+
+bool ValuesMeaningful(const OpCase& c) {
+  static constexpr std::string_view kNeverMeaningful[] = {
+      "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+      "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like", "aten::randint", "aten::randint_like",
+      "aten::randperm", "aten::bernoulli", "aten::bernoulli_", "aten::multinomial", "aten::normal",
+      "aten::normal_", "aten::uniform_", "aten::exponential_", "aten::random_", "aten::_fused_dropout",
+      "aten::resize_", "aten::set_"};
+  for (auto op : kNeverMeaningful) {
+    if (c.op == op) return false;
+  }
+  if (c.op == "aten::dropout" || c.op == "aten::native_dropout" || c.op == "aten::feature_dropout" ||
+      c.op == "aten::alpha_dropout" || c.op == "aten::dropout_") {
+    for (const auto& a : c.args) {
+      if (a.name == "train" && a.kind == Argument::Kind::kBool) return !a.b;
+    }
+  }
+  return true;
+}
 
 bool LooksUnsupported(std::string_view msg) {
   return msg.find("Could not run") != std::string_view::npos ||
