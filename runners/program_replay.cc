@@ -109,7 +109,8 @@ enum class Mode {
   kFree,    // reference and backend, backend outputs feed the backend
   kGolden,  // the reference only, in float64
   kLocate,  // reference; each call also on the backend from the reference's inputs
-  kModule,  // reference; the module's calls also on the backend, from the backend's values inside it
+  kModule,  // reference; the chosen modules' own calls also on the backend, from the backend's values inside
+            // each module and copies of the reference's at its boundary
 };
 
 struct Failure {
@@ -125,6 +126,13 @@ struct Judged {
   std::string op;                 // the producing call's op (for tolerance overrides)
   std::string phase;
   bool meaningful = true;
+  std::string module;             // kModule: the module whose output it is
+};
+
+// What a training pass records (Note [Program replay], train).
+struct StepRecord {
+  double ref_loss = NAN, dev_loss = NAN;
+  std::vector<double> ref_grad_norms, dev_grad_norms;  // in order of first use by the optimizer
 };
 
 class Replayer {
@@ -133,9 +141,18 @@ class Replayer {
       : program_(program), backend_(backend), options_(options) {
     for (const auto& v : program_.values) leaves_[v.id] = &v;
     last_read_.reserve(program_.calls.size() * 2);
+    std::set<int64_t> from_backward;
     for (const auto& c : program_.calls) {
       for (int64_t id : c.inputs) {
-        if (id >= 0) last_read_[id] = c.index;
+        if (id < 0) continue;
+        last_read_[id] = c.index;
+        if (c.phase == "optimizer" && from_backward.count(id)) grads_.insert(id);
+      }
+      if (c.phase == "backward") {
+        // Autograd seeds the backward pass with ones_like(loss): the first
+        // backward call reads the loss.
+        if (loss_id_ < 0 && !c.inputs.empty()) loss_id_ = c.inputs.front();
+        from_backward.insert(c.outputs.begin(), c.outputs.end());
       }
     }
   }
@@ -167,15 +184,23 @@ class Replayer {
     return {};
   }
 
-  // One pass. `module` selects the calls of kModule.
-  Failure Run(Mode mode, const std::string& module = "") {
+  // One pass. `modules` selects the calls of kModule (their own calls, not
+  // their sub-modules'). Values of carried ids (Carry) survive from the
+  // previous pass; everything else starts afresh.
+  Failure Run(Mode mode, const std::set<std::string>& modules = {}) {
     mode_ = mode;
-    module_ = module;
-    ref_.clear();
-    dev_.clear();
-    storages_.clear();
-    live_bytes_ = 0;
+    modules_ = modules;
+    for (auto* table : {&ref_, &dev_}) {
+      std::vector<int64_t> drop;
+      for (const auto& [id, t] : *table) {
+        if (!carried_.count(id)) drop.push_back(id);
+      }
+      for (int64_t id : drop) Drop(*table, id);
+    }
+    dev_owner_.clear();
     judged_.clear();
+    normed_.clear();
+    step_ = StepRecord{};
     c10::InferenceMode inference_mode;
     for (const auto& call : program_.calls) {
       Failure f = Step(call);
@@ -197,15 +222,42 @@ class Replayer {
     auto it = golden_.find(id);
     return it == golden_.end() ? at::Tensor() : it->second;
   }
-  bool module_ran() const { return module_calls_ > 0; }
+  int64_t module_calls(const std::string& module) const {
+    auto it = module_calls_.find(module);
+    return it == module_calls_.end() ? 0 : it->second;
+  }
+  // Training: parameters and buffers keep their values from pass to pass
+  // (the optimizer updates them in place); their first values are kept on
+  // CPU for the update check.
+  void CarryParameters() {
+    for (const auto& v : program_.values) {
+      if (v.kind == "parameter" || v.kind == "buffer") carried_.insert(v.id);
+    }
+    record_initial_ = true;
+  }
+  const StepRecord& step() const { return step_; }
+  // Parameters now and at the start, reference and backend, on CPU.
+  struct ParameterState {
+    std::string name;
+    at::Tensor initial, ref, dev;
+  };
+  std::vector<ParameterState> Parameters() const {
+    std::vector<ParameterState> out;
+    for (const auto& v : program_.values) {
+      if (v.kind != "parameter") continue;
+      auto i = initial_.find(v.id);
+      auto r = ref_.find(v.id);
+      auto d = dev_.find(v.id);
+      if (i == initial_.end() || r == ref_.end() || d == dev_.end()) continue;
+      out.push_back({v.name, i->second, r->second, d->second.to(c10::kCPU)});
+    }
+    return out;
+  }
 
   static std::string Qualified(const ProgramCall& c) { return c.overload.empty() ? c.op : c.op + "." + c.overload; }
 
  private:
-  bool InModule(const ProgramCall& c) const {
-    return c.module == module_ || (c.module.size() > module_.size() && c.module.compare(0, module_.size(), module_) == 0 &&
-                                   c.module[module_.size()] == '.');
-  }
+  bool InModule(const ProgramCall& c) const { return modules_.count(c.module) > 0; }
 
   // A leaf on CPU (the reference's; the backend gets a copy).
   at::Tensor MakeLeaf(const ProgramValue& v, bool to_double) {
@@ -302,6 +354,7 @@ class Replayer {
     }
     at::Tensor t = MakeLeaf(*leaf->second, mode_ == Mode::kGolden);
     Put(ref_, id, t);
+    if (record_initial_ && leaf->second->kind == "parameter") initial_[id] = t.clone();
     return t;
   }
 
@@ -523,16 +576,54 @@ class Replayer {
   }
 
   void Release(const ProgramCall& call) {
-    for (int64_t id : call.inputs) {
-      if (id >= 0 && !ReadLater(id, call.index) && !kept_.count(id)) {
-        Drop(ref_, id);
-        Drop(dev_, id);
+    for (const auto* ids : {&call.inputs, &call.outputs}) {
+      for (int64_t id : *ids) {
+        if (id >= 0 && !ReadLater(id, call.index) && !carried_.count(id)) {
+          Drop(ref_, id);
+          Drop(dev_, id);
+        }
       }
     }
-    for (int64_t id : call.outputs) {
-      if (id >= 0 && !ReadLater(id, call.index) && !kept_.count(id)) {
-        Drop(ref_, id);
-        Drop(dev_, id);
+  }
+
+  // kModule: a value a module made, read by a call outside that module, is
+  // the module's output: judged as it crosses the boundary (before anything
+  // writes into it), then the reader gets the reference's value.
+  void HandOver(const ProgramCall& call) {
+    for (int64_t id : call.inputs) {
+      auto owner = dev_owner_.find(id);
+      if (id < 0 || owner == dev_owner_.end() || (InModule(call) && owner->second == call.module)) continue;
+      auto d = dev_.find(id);
+      auto r = ref_.find(id);
+      if (d != dev_.end() && r != ref_.end()) {
+        judged_.push_back({id, call.index, d->second.to(c10::kCPU, /*non_blocking=*/false, /*copy=*/true),
+                           r->second.clone(), "module", "forward", true, owner->second});
+      }
+      dev_owner_.erase(owner);
+      Drop(dev_, id);
+    }
+  }
+
+  // Training: the loss (the value the backward pass starts from) and each
+  // gradient's norm as the optimizer first reads it.
+  void RecordTraining(const ProgramCall& call) {
+    if (call.phase == "forward") {
+      for (int64_t id : call.outputs) {
+        if (id != loss_id_) continue;
+        auto r = ref_.find(id);
+        auto d = dev_.find(id);
+        if (r == ref_.end() || d == dev_.end() || r->second.dim() != 0 || !r->second.is_floating_point()) continue;
+        step_.ref_loss = r->second.item<double>();
+        step_.dev_loss = d->second.to(c10::kCPU).item<double>();
+      }
+    } else if (call.phase == "optimizer") {
+      for (int64_t id : call.inputs) {
+        if (!grads_.count(id) || !normed_.insert(id).second) continue;
+        auto r = ref_.find(id);
+        auto d = dev_.find(id);
+        if (r == ref_.end() || d == dev_.end()) continue;
+        step_.ref_grad_norms.push_back(r->second.to(at::kDouble).norm().item<double>());
+        step_.dev_grad_norms.push_back(d->second.to(c10::kCPU).to(at::kDouble).norm().item<double>());
       }
     }
   }
@@ -542,23 +633,22 @@ class Replayer {
     std::vector<c10::IValue> want;
     // kFree and kModule need the backend's inputs built before the reference
     // writes in place into its own.
+    if (mode_ == Mode::kModule) HandOver(call);
     if (mode_ == Mode::kFree || (mode_ == Mode::kModule && InModule(call))) {
       std::vector<c10::IValue> got;
       Lookup lookup;
       if (mode_ == Mode::kFree) {
         lookup = [&](int64_t id, bool) { return Dev(id); };
       } else {
-        ++module_calls_;
-        // Inside the module: the backend's own values; at its boundary, a
-        // copy of the reference's.
+        ++module_calls_[call.module];
+        // Inside the module: the backend's own values (HandOver left only
+        // this module's); at its boundary, a copy of the reference's.
         lookup = [&](int64_t id, bool) -> Result<at::Tensor> {
           auto it = dev_.find(id);
           if (it != dev_.end()) return it->second;
           auto r = Ref(id);
           if (!r) return r.error();
-          at::Tensor t = ToDevice(*r);
-          Put(dev_, id, t);
-          return t;
+          return ToDevice(*r);
         };
       }
       Failure f = RunBackend(call, op, lookup, &got);
@@ -578,11 +668,13 @@ class Replayer {
         const int64_t id = call.outputs[k];
         if (id < 0) continue;
         Put(dev_, id, b);
-        if (!ReadLater(id, call.index)) {
+        if (mode_ == Mode::kModule) dev_owner_[id] = call.module;
+        if (!ReadLater(id, call.index) && !carried_.count(id)) {
           judged_.push_back({id, call.index, b.to(c10::kCPU), r, Qualified(call), call.phase,
-                             ValuesMeaningful(*call.op_case)});
+                             ValuesMeaningful(*call.op_case), mode_ == Mode::kModule ? call.module : ""});
         }
       }
+      if (!carried_.empty()) RecordTraining(call);
     } else if (mode_ == Mode::kLocate) {
       // The backend gets copies of the reference's inputs (its writes must
       // not reach the reference's table), before the reference runs.
@@ -623,41 +715,6 @@ class Replayer {
   }
 
  public:
-  // kModule: the values the module produced that a call outside it reads
-  // (or nothing reads): collected before the pass so they are kept.
-  void PlanModule(const std::string& module) {
-    module_ = module;
-    kept_.clear();
-    std::unordered_map<int64_t, bool> made_inside;
-    for (const auto& c : program_.calls) {
-      const bool inside = InModule(c);
-      if (!inside) {
-        for (int64_t id : c.inputs) {
-          auto it = made_inside.find(id);
-          if (it != made_inside.end() && it->second) kept_.insert(id);
-        }
-      }
-      for (int64_t id : c.outputs) {
-        if (id < 0) continue;
-        if (inside) {
-          made_inside[id] = true;
-          if (!ReadLater(id, c.index)) kept_.insert(id);
-        } else if (!leaves_.count(id)) {
-          // written again outside the module (in place): no longer the module's
-          made_inside[id] = made_inside.count(id) ? made_inside[id] : false;
-        }
-      }
-    }
-  }
-  const std::set<int64_t>& kept() const { return kept_; }
-  at::Tensor dev_value(int64_t id) const {
-    auto it = dev_.find(id);
-    return it == dev_.end() ? at::Tensor() : it->second;
-  }
-  at::Tensor ref_value(int64_t id) const {
-    auto it = ref_.find(id);
-    return it == ref_.end() ? at::Tensor() : it->second;
-  }
   void WantGolden(const std::set<int64_t>& ids) { wanted_golden_ = ids; }
 
  private:
@@ -668,13 +725,20 @@ class Replayer {
   std::unordered_map<int64_t, int64_t> last_read_;
   std::vector<Op> ops_;
   Mode mode_ = Mode::kFree;
-  std::string module_;
+  std::set<std::string> modules_;
+  std::unordered_map<int64_t, std::string> dev_owner_;
+  std::set<int64_t> grads_, carried_, normed_;
+  bool record_initial_ = false;
+  int64_t loss_id_ = -1;
+  std::unordered_map<int64_t, at::Tensor> initial_;
+  StepRecord step_;
+  std::map<std::string, int64_t> module_calls_;
   std::unordered_map<int64_t, at::Tensor> ref_, dev_;
   std::unordered_map<const void*, int> storages_;
-  int64_t live_bytes_ = 0, peak_live_bytes_ = 0, calls_run_ = 0, module_calls_ = 0;
+  int64_t live_bytes_ = 0, peak_live_bytes_ = 0, calls_run_ = 0;
   double backend_seconds_ = 0, reference_seconds_ = 0;
   std::vector<Judged> judged_;
-  std::set<int64_t> kept_, wanted_golden_;
+  std::set<int64_t> wanted_golden_;
   std::unordered_map<int64_t, at::Tensor> golden_;
   nlohmann::json divergent_;
 };
@@ -829,34 +893,242 @@ ModelCheckItem ReplayProgram(const Program& program, Backend& backend, const Pro
   return item;
 }
 
-ModelCheckItem ReplayModule(const Program& program, const std::string& module, Backend& backend,
-                            const ProgramReplayOptions& options) {
+std::vector<ModelCheckItem> ReplayModules(const Program& program, const std::vector<std::string>& modules,
+                                          Backend& backend, const ProgramReplayOptions& options) {
   const auto start = Clock::now();
-  ModelCheckItem item;
-  item.item = module;
-  item.detail["module"] = module;
+  std::vector<ModelCheckItem> items(modules.size());
+  for (size_t i = 0; i < modules.size(); ++i) {
+    items[i].item = modules[i];
+    items[i].detail["module"] = modules[i];
+  }
+  auto fail_all = [&](Outcome o, const std::string& why) {
+    for (auto& item : items) Fail(item, o, why);
+  };
   try {
     Replayer replayer(program, &backend, options);
-    replayer.PlanModule(module);
     Failure f = replayer.Prepare();
-    if (f.outcome == Outcome::kPass) f = replayer.Run(Mode::kModule, module);
-    Stats(item, replayer, program);
+    if (f.outcome == Outcome::kPass) f = replayer.Run(Mode::kModule, {modules.begin(), modules.end()});
     if (f.outcome != Outcome::kPass) {
-      Fail(item, f.outcome, f.message);
-    } else if (!replayer.module_ran()) {
-      Fail(item, Outcome::kSkipped, "no call of the program ran in module '" + module + "'");
-    } else {
-      std::vector<Judged> outputs;
-      for (int64_t id : replayer.kept()) {
-        const at::Tensor b = replayer.dev_value(id), r = replayer.ref_value(id);
-        if (!b.defined() || !r.defined()) continue;
-        outputs.push_back({id, -1, b.to(c10::kCPU), r, "module", "forward", true});
+      // A failure inside a module is that module's; any other stops them all.
+      const ProgramCall* call = f.call >= 0 ? &program.calls[static_cast<size_t>(f.call)] : nullptr;
+      auto it = call ? std::find(modules.begin(), modules.end(), call->module) : modules.end();
+      if (it != modules.end()) {
+        Fail(items[static_cast<size_t>(it - modules.begin())], f.outcome, f.message);
+        for (auto& item : items) Fail(item, Outcome::kSkipped, "not reached: " + f.message);
+      } else {
+        fail_all(f.outcome, f.message);
       }
-      JudgeWithGolden(item, outputs, options, program);
-      item.detail["boundary_outputs"] = outputs.size();
+    } else {
+      for (size_t i = 0; i < modules.size(); ++i) {
+        ModelCheckItem& item = items[i];
+        std::vector<Judged> outputs;
+        for (const auto& o : replayer.judged()) {
+          if (o.module == modules[i]) outputs.push_back(o);
+        }
+        item.detail["calls"] = replayer.module_calls(modules[i]);
+        item.detail["boundary_outputs"] = outputs.size();
+        if (replayer.module_calls(modules[i]) == 0) {
+          Fail(item, Outcome::kSkipped, "no call of the program ran in module '" + modules[i] + "'");
+          continue;
+        }
+        if (outputs.empty()) {
+          item.detail["note"] = "the module's values never leave it";
+          continue;
+        }
+        JudgeWithGolden(item, outputs, options, program);
+      }
     }
   } catch (const std::exception& e) {
-    Fail(item, Outcome::kError, "internal error in coverage while replaying the module: " + FirstLine(e.what(), 500));
+    fail_all(Outcome::kError, "internal error in coverage while replaying the modules: " + FirstLine(e.what(), 500));
+  }
+  const double seconds = Since(start) / std::max<size_t>(1, modules.size());
+  for (auto& item : items) item.seconds = seconds;
+  return items;
+}
+
+ModelCheckItem ReplayModule(const Program& program, const std::string& module, Backend& backend,
+                            const ProgramReplayOptions& options) {
+  return ReplayModules(program, {module}, backend, options).front();
+}
+
+namespace {
+
+// The CPU as a backend: the reference's own run-to-run difference.
+class CpuAgain final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  c10::Device device() const override { return c10::Device(c10::kCPU); }
+  bool RespectsReadOnlyInputs() const override { return true; }
+};
+
+struct TrainDiff {
+  double loss_rel = 0, grad_rel = 0, param_rel = 0;  // the worst over steps
+  std::vector<double> ref_losses, dev_losses;
+  // Per step: the loss's relative difference, the worst gradient's and which.
+  std::vector<double> loss_rel_at, grad_rel_at;
+  std::vector<size_t> grad_index_at;
+};
+
+double Relative(double backend, double reference, double floor) {
+  if (!std::isfinite(backend) || !std::isfinite(reference)) return std::isfinite(backend) == std::isfinite(reference) ? 0 : INFINITY;
+  return std::abs(backend - reference) / std::max(std::abs(reference), floor);
+}
+
+// N passes of the step program with parameters carried over; a pass that
+// fails gives its Failure instead.
+struct TrainRun {
+  Failure failure;
+  TrainDiff diff;
+};
+
+TrainRun Train(const Program& program, Backend& backend, const ProgramReplayOptions& options, int steps) {
+  Replayer r(program, &backend, options);
+  if (Failure f = r.Prepare(); f.outcome != Outcome::kPass) return {f, {}};
+  r.CarryParameters();
+  TrainDiff d;
+  for (int step = 0; step < steps; ++step) {
+    Failure f = r.Run(Mode::kFree);
+    if (f.outcome != Outcome::kPass) {
+      f.message = fmt::format("step {}: {}", step, f.message);
+      return {f, {}};
+    }
+    const StepRecord& s = r.step();
+    d.ref_losses.push_back(s.ref_loss);
+    d.dev_losses.push_back(s.dev_loss);
+    const double loss_rel = Relative(s.dev_loss, s.ref_loss, 1e-30);
+    d.loss_rel_at.push_back(loss_rel);
+    d.grad_rel_at.push_back(0);
+    d.grad_index_at.push_back(0);
+    if (!(loss_rel <= d.loss_rel)) d.loss_rel = loss_rel;
+    // A gradient below a millionth of the step's total norm holds rounding
+    // noise only: judged against that floor (Note [Model verdicts]).
+    double total = 0;
+    for (double g : s.ref_grad_norms) total += g * g;
+    const double floor = std::max(1e-6 * std::sqrt(total), 1e-30);
+    for (size_t w = 0; w < s.ref_grad_norms.size() && w < s.dev_grad_norms.size(); ++w) {
+      const double rel = Relative(s.dev_grad_norms[w], s.ref_grad_norms[w], floor);
+      if (!(rel <= d.grad_rel_at.back())) {
+        d.grad_rel_at.back() = rel;
+        d.grad_index_at.back() = w;
+      }
+      if (!(rel <= d.grad_rel)) d.grad_rel = rel;
+    }
+  }
+  double diff2 = 0, update2 = 0;
+  for (const auto& p : r.Parameters()) {
+    const at::Tensor ref = p.ref.to(at::kDouble), dev = p.dev.to(at::kDouble), init = p.initial.to(at::kDouble);
+    const double diff = (dev - ref).norm().item<double>(), update = (ref - init).norm().item<double>();
+    diff2 += diff * diff;
+    update2 += update * update;
+
+  }
+  d.param_rel = update2 > 0 ? std::sqrt(diff2 / update2) : (diff2 > 0 ? INFINITY : 0);
+  return {{}, d};
+}
+
+nlohmann::json Finite(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json("inf"); }
+
+}  // namespace
+
+ModelCheckItem ReplayTraining(const Program& program, Backend& backend, const ProgramReplayOptions& options) {
+  const auto start = Clock::now();
+  ModelCheckItem item;
+  item.item = "train";
+  const int steps = std::max(1, options.check.train_steps);
+  item.detail["steps"] = steps;
+  try {
+    bool has_optimizer = false;
+    for (const auto& c : program.calls) has_optimizer = has_optimizer || c.phase == "optimizer";
+    if (!has_optimizer) {
+      Fail(item, Outcome::kSkipped, "the program has no optimizer step (capture it with a training profile)");
+      item.seconds = Since(start);
+      return item;
+    }
+    const TrainRun run = Train(program, backend, options, steps);
+    const TrainDiff* diff = &run.diff;
+    if (run.failure.outcome != Outcome::kPass) {
+      Fail(item, run.failure.outcome, run.failure.message);
+      if (run.failure.call >= 0) item.detail["failed_call"] = run.failure.call;
+    } else {
+      const bool low = [&] {
+        for (const auto& v : program.values) {
+          if (v.kind == "parameter" && v.tensor && (v.tensor->dtype == DType::kBFloat16 || v.tensor->dtype == DType::kFloat16)) return true;
+        }
+        return false;
+      }();
+      const double scale = low ? 10 : 1;
+      double loss_tol = options.check.loss_rtol * scale, grad_tol = options.check.grad_norm_rtol * scale,
+             param_tol = options.check.param_update_rtol * scale;
+      auto judge = [&](const TrainDiff& d) {
+        item.outcome = Outcome::kPass;
+        item.error.clear();
+        // The earliest miss names the item: a gradient of step s comes after
+        // step s's loss and before step s+1's.
+        for (size_t step = 0; step < d.loss_rel_at.size(); ++step) {
+          if (!(d.loss_rel_at[step] <= loss_tol)) {
+            Fail(item, std::isfinite(d.loss_rel_at[step]) ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
+                 fmt::format("step {}: loss {:.6g} differs from the reference's {:.6g} by {:.3g} (relative; allowed "
+                             "{:.3g})",
+                             step, d.dev_losses[step], d.ref_losses[step], d.loss_rel_at[step], loss_tol));
+          }
+          if (!(d.grad_rel_at[step] <= grad_tol)) {
+            Fail(item, std::isfinite(d.grad_rel_at[step]) ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
+                 fmt::format("step {}: the norm of gradient {} differs from the reference's by {:.3g} (relative; "
+                             "allowed {:.3g})",
+                             step, d.grad_index_at[step], d.grad_rel_at[step], grad_tol));
+          }
+        }
+        if (!(d.param_rel <= param_tol)) {
+          Fail(item, std::isfinite(d.param_rel) ? Outcome::kMismatch : Outcome::kNonFiniteMismatch,
+               fmt::format("parameters after {} steps differ from the reference's by {:.3g} of its update (allowed {:.3g})",
+                           steps, d.param_rel, param_tol));
+        }
+      };
+      judge(*diff);
+      item.values_compared = true;
+      item.max_rel_err = std::max({diff->loss_rel, diff->grad_rel, diff->param_rel});
+      nlohmann::json ref_losses = nlohmann::json::array(), dev_losses = nlohmann::json::array();
+      for (double v : diff->ref_losses) ref_losses.push_back(Finite(v));
+      for (double v : diff->dev_losses) dev_losses.push_back(Finite(v));
+      item.detail["reference_losses"] = ref_losses;
+      item.detail["losses"] = dev_losses;
+      item.detail["loss_rel"] = Finite(diff->loss_rel);
+      item.detail["grad_norm_rel"] = Finite(diff->grad_rel);
+      item.detail["param_update_rel"] = Finite(diff->param_rel);
+      if (item.outcome != Outcome::kPass) {
+        // Note [Reproducible training]: the reference against itself.
+        CpuAgain cpu;
+        const TrainRun again = Train(program, cpu, options, steps);
+        const TrainDiff* self = &again.diff;
+        if (again.failure.outcome == Outcome::kPass) {
+          const double k = options.check.comparison.default_multiplier;
+          item.detail["reference_reproducibility"] = {{"loss_rel", Finite(self->loss_rel)},
+                                                      {"grad_norm_rel", Finite(self->grad_rel)},
+                                                      {"param_update_rel", Finite(self->param_rel)}};
+          const bool unreproducible = self->loss_rel > loss_tol || self->grad_rel > grad_tol || self->param_rel > param_tol;
+          loss_tol = std::max(loss_tol, k * self->loss_rel);
+          grad_tol = std::max(grad_tol, k * self->grad_rel);
+          param_tol = std::max(param_tol, k * self->param_rel);
+          const std::string strict = item.error;
+          judge(*diff);
+          if (item.outcome != Outcome::kPass && unreproducible) {
+            item.outcome = Outcome::kSkipped;
+            item.error = "no verdict: the CPU reference does not reproduce its own training at these tolerances (" +
+                         strict + ")";
+          }
+        }
+      }
+      if (item.outcome != Outcome::kPass && item.outcome != Outcome::kSkipped && options.locate_first_divergent) {
+        Replayer locate(program, &backend, options);
+        if (locate.Prepare().outcome == Outcome::kPass) {
+          const Failure lf = locate.Run(Mode::kLocate);
+          if (!locate.divergent().is_null()) item.detail["first_divergent"] = locate.divergent();
+          else if (lf.outcome != Outcome::kPass) item.detail["first_divergent_note"] = "the search stopped: " + lf.message;
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    Fail(item, Outcome::kError, "internal error in coverage while replaying the training step: " + FirstLine(e.what(), 500));
   }
   item.seconds = Since(start);
   return item;
@@ -881,19 +1153,11 @@ std::vector<std::string> ModuleKinds(const Program& program) {
     flush();
     return out;
   };
-  std::set<std::string> all;
-  for (const auto& c : program.calls) {
-    if (!c.module.empty()) all.insert(c.module);
-  }
   std::set<std::string> seen;
   std::vector<std::string> out;
   for (const auto& c : program.calls) {
     if (c.module.empty() || c.phase != "forward") continue;
-    // Leaves only: a module with a sub-module that ran is covered by that one.
-    auto it = all.lower_bound(c.module + ".");
-    if (it != all.end() && it->compare(0, c.module.size() + 1, c.module + ".") == 0) continue;
-    const std::string kind = kind_of(c.module);
-    if (seen.insert(kind).second) out.push_back(c.module);
+    if (seen.insert(kind_of(c.module)).second) out.push_back(c.module);
   }
   return out;
 }

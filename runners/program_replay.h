@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/program.h"
 #include "runners/model_check.h"
@@ -33,16 +34,28 @@ struct ProgramReplayOptions {
 // call could be blamed, and "replay" (calls run, peak live bytes, ...).
 ModelCheckItem ReplayProgram(const Program& program, Backend& backend, const ProgramReplayOptions& options);
 
-// One module's sub-program (the calls whose module path is `module` or lies
-// below it) on the backend, fed the reference's values at its boundary;
-// judged on the values it hands to calls outside it. The item is `module`.
+// Modules' own calls (those whose module path is exactly the module; its
+// sub-modules are modules of their own) on the backend, each module fed the
+// reference's values at its boundary, judged on the values it hands to calls
+// outside it: one item per module, named by its path, from one pass of the
+// program. A failure inside a module is that module's item; the others are
+// then skipped as not reached.
+std::vector<ModelCheckItem> ReplayModules(const Program& program, const std::vector<std::string>& modules,
+                                          Backend& backend, const ProgramReplayOptions& options);
 ModelCheckItem ReplayModule(const Program& program, const std::string& module, Backend& backend,
                             const ProgramReplayOptions& options);
 
-// The module paths to check in a module stage: the first instance of each
-// module kind (a path with its layer indices dropped: model.layers.0.mlp and
-// model.layers.1.mlp are one kind), in program order, leaves of the module
-// tree that ran at least one call.
+// The training program (forward, loss, backward, optimizer) replayed
+// options.check.train_steps times, parameters carried over, judged as the
+// train stage judges (Note [Model verdicts], Note [Reproducible training]):
+// each step's loss, each gradient's norm, and the parameters after the last
+// step against how far the reference's moved. The item is "train".
+ModelCheckItem ReplayTraining(const Program& program, Backend& backend, const ProgramReplayOptions& options);
+
+// The module paths a module stage checks: the first instance of each module
+// kind (the path with its layer indices dropped: model.layers.0.mlp and
+// model.layers.1.mlp are one kind) that made calls of its own in the
+// forward phase, in program order.
 std::vector<std::string> ModuleKinds(const Program& program);
 
 }  // namespace coverage::runners

@@ -121,31 +121,53 @@ TEST(ProgramReplay, AChangedShapeMidProgramIsShapeDivergenceNamingTheCall) {
 
 TEST(ProgramReplay, TheModuleCheckIsolatesTheBrokenOpToItsModule) {
   const auto kinds = runners::ModuleKinds(Prefill());
-  // One of each kind, the first layer's: attention projections, norms, MLP parts.
-  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "model.layers.0.mlp.act_fn"), kinds.end());
-  EXPECT_NE(std::find(kinds.begin(), kinds.end(), "model.layers.0.input_layernorm"), kinds.end());
+  // One of each kind with calls of its own, the first layer's.
+  for (const char* m : {"model.layers.0.mlp.act_fn", "model.layers.0.input_layernorm", "model.layers.0.self_attn",
+                        "model.embed_tokens", "lm_head"}) {
+    EXPECT_NE(std::find(kinds.begin(), kinds.end(), m), kinds.end()) << m;
+  }
   for (const auto& k : kinds) EXPECT_EQ(k.find("layers.1."), std::string::npos) << k;
 
   FakeBackend backend;
   backend.add_offset["aten::silu"] = 0.5;
-  const auto broken = runners::ReplayModule(Prefill(), "model.layers.0.mlp", backend, ProgramReplayOptions{});
-  EXPECT_EQ(broken.outcome, Outcome::kMismatch) << broken.error;
-  const auto fine = runners::ReplayModule(Prefill(), "model.layers.0.self_attn", backend, ProgramReplayOptions{});
-  EXPECT_EQ(fine.outcome, Outcome::kPass) << fine.error;
-  EXPECT_GE(fine.detail["boundary_outputs"].get<int>(), 1);
+  const auto items = runners::ReplayModules(Prefill(), kinds, backend, ProgramReplayOptions{});
+  ASSERT_EQ(items.size(), kinds.size());
+  for (const auto& item : items) {
+    if (item.item == "model.layers.0.mlp.act_fn") {
+      EXPECT_EQ(item.outcome, Outcome::kMismatch) << item.error;
+      EXPECT_GE(item.detail["boundary_outputs"].get<int>(), 1);
+    } else {
+      EXPECT_EQ(item.outcome, Outcome::kPass) << item.item << ": " << item.error;
+    }
+  }
   const auto none = runners::ReplayModule(Prefill(), "model.no_such_module", backend, ProgramReplayOptions{});
   EXPECT_EQ(none.outcome, Outcome::kSkipped);
 }
 
-TEST(ProgramReplay, AWrongBackwardOpIsCaughtInTheTrainingProgram) {
-  FakeBackend correct;
-  const auto ok = runners::ReplayProgram(Train(), correct, ProgramReplayOptions{});
-  EXPECT_EQ(ok.outcome, Outcome::kPass) << ok.error;
+TEST(ProgramReplay, TrainingStepsPassOnACorrectBackendAndTheLossMoves) {
+  FakeBackend backend;
+  ProgramReplayOptions o;
+  o.check.train_steps = 3;
+  const auto item = runners::ReplayTraining(Train(), backend, o);
+  EXPECT_EQ(item.outcome, Outcome::kPass) << item.error;
+  ASSERT_EQ(item.detail["losses"].size(), 3u);
+  // Parameters carried over: the optimizer's updates change the next loss.
+  EXPECT_NE(item.detail["losses"][0], item.detail["losses"][2]);
+  EXPECT_EQ(item.detail["losses"], item.detail["reference_losses"]);
+  // A forward-only program has no step to replay.
+  EXPECT_EQ(runners::ReplayTraining(Prefill(), backend, o).outcome, Outcome::kSkipped);
+}
 
+TEST(ProgramReplay, AWrongBackwardOpIsCaughtInTheTrainingProgram) {
   FakeBackend backend;
   backend.add_offset["aten::silu_backward"] = 1e-2;
-  const auto item = runners::ReplayProgram(Train(), backend, ProgramReplayOptions{});
-  EXPECT_NE(item.outcome, Outcome::kPass);
+  ProgramReplayOptions o;
+  o.check.train_steps = 2;
+  const auto item = runners::ReplayTraining(Train(), backend, o);
+  EXPECT_EQ(item.outcome, Outcome::kMismatch) << item.error;
+  EXPECT_NE(item.error.find("gradient"), std::string::npos) << item.error;
+  // The forward pass is untouched: the first loss agrees.
+  EXPECT_EQ(item.detail["losses"][0], item.detail["reference_losses"][0]);
   ASSERT_TRUE(item.detail.contains("first_divergent")) << item.detail.dump();
   EXPECT_EQ(item.detail["first_divergent"]["op"], "aten::silu_backward");
   EXPECT_EQ(item.detail["first_divergent"]["phase"], "backward");
