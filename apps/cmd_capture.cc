@@ -78,7 +78,8 @@ Result<std::vector<capture::CaptureModel>> LoadModels(const std::string& path, c
     auto parsed = ParseJsonCapped(line, {.python_literals = true});
     if (!parsed) {
       try {
-        (void)nlohmann::json::parse(line);
+        const nlohmann::json strict = nlohmann::json::parse(line);
+        (void)strict;
       } catch (const nlohmann::json::parse_error& e) {
         return Status::InvalidArgument(fmt::format("{}: not valid JSON (column {}): {}", where, e.byte, e.what()));
       }

@@ -43,13 +43,10 @@ struct RunFlags {
   // Model-level stages.
   int64_t selection_id = 0;
   std::string profiles;
-  int64_t max_layers = 2;
-  bool full_depth = false;
   double max_gb = 8;
   double max_model_flops = 1e12;
   bool gate = false;
   int train_steps = 3;
-  double learning_rate = 1e-3;
   double min_cosine = 0.99;
   int64_t top_k = 5;
   double min_topk_agreement = 0.99;
@@ -348,8 +345,6 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
   if (!flags.model.empty()) options.models = {flags.model};
   options.profiles = std::move(*profiles);
   options.profile = flags.profile;
-  options.max_layers = flags.max_layers;
-  options.full_depth = flags.full_depth;
   options.max_bytes = flags.max_gb * 1e9;
   if (flags.max_model_flops > 0) options.max_model_flops = flags.max_model_flops;
   options.gate = flags.gate;
@@ -359,7 +354,6 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
                           : flags.golden == "never" ? runners::GoldenMode::kNever
                                                     : runners::GoldenMode::kWhenNeeded;
   options.checks.train_steps = flags.train_steps;
-  options.checks.learning_rate = flags.learning_rate;
   options.checks.min_cosine = flags.min_cosine;
   options.checks.top_k = flags.top_k;
   options.checks.min_topk_agreement = flags.min_topk_agreement;
@@ -380,14 +374,13 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
       {"checks",
        {{"golden", flags.golden}, {"seed", flags.seed}, {"tolerances_sha256", Sha256Hex(tol_text)},
         {"profile", flags.profile}, {"profiles_sha256", Sha256Hex(*profiles_text)},
-        {"max_layers", flags.full_depth ? -1 : flags.max_layers}, {"train_steps", flags.train_steps},
-        {"lr", flags.learning_rate}, {"min_cosine", flags.min_cosine}, {"top_k", flags.top_k},
+        {"train_steps", flags.train_steps}, {"min_cosine", flags.min_cosine}, {"top_k", flags.top_k},
         {"min_topk_agreement", flags.min_topk_agreement}}}};
   if (shard->active()) config["shard"] = shard->ToString();
   config["isolation"] = flags.isolation;
   options.config_json = config.dump();
 
-  std::unique_ptr<runners::ModelStageRunner> runner;
+  std::unique_ptr<runners::ProgramStageRunner> runner;
   runners::IsolatedModelStageRunner* isolated = nullptr;
   std::shared_ptr<runners::Backend> in_process_backend;
   if (flags.isolation == "process") {
@@ -398,6 +391,7 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
     setup.golden = options.checks.golden;
     setup.seed = flags.seed;
     setup.checks = options.checks;
+    setup.registry = global.registry_path;
     auto isolation = MakeIsolation(global, flags, std::move(setup));
     if (!isolation) return ReportError(isolation.error());
     auto r = std::make_unique<runners::IsolatedModelStageRunner>(std::move(*isolation));
@@ -410,7 +404,9 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
     if (!backend) return ReportError(backend.error().WithContext("--backend"));
     ApplyHostSettings(global);
     in_process_backend = *backend;
-    runner = std::make_unique<runners::InProcessModelStageRunner>(*in_process_backend, options.checks);
+    runners::ProgramReplayOptions replay;
+    replay.check = options.checks;
+    runner = std::make_unique<runners::InProcessProgramStageRunner>(*in_process_backend, replay);
   }
   auto summary = stages::RunModelStages(**reg, *runner, options);
   if (!summary) return ReportError(summary.error());
@@ -448,22 +444,23 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
     std::printf("  failing %s items: %s\n", stage.c_str(), line.c_str());
   }
   std::printf("\nrun %s (stages %s, backend %s): %lld models, %lld stage runs now, %lld already done%s, "
-              "%lld over --max-model-flops, %lld blocked by the gate, %lld not built; %.1fs\n",
+              "%lld over a cost cap, %lld blocked by the gate, %lld without a captured program; %.1fs\n",
               summary->run_id.c_str(), flags.stage.c_str(), flags.backend.c_str(),
               static_cast<long long>(summary->models), static_cast<long long>(summary->executed),
               static_cast<long long>(summary->already_done), summary->resumed ? " (resumed)" : "",
               static_cast<long long>(summary->skipped_by_cost), static_cast<long long>(summary->blocked),
-              static_cast<long long>(summary->not_built), summary->seconds);
+              static_cast<long long>(summary->not_captured), summary->seconds);
   if (summary->was_in_flight > 0) {
     std::printf("%lld stages were in flight when an earlier invocation stopped; they ran again\n",
                 static_cast<long long>(summary->was_in_flight));
   }
   if (isolated) PrintIsolationStats(isolated->stats(), fmt::format(", {} flaky", isolated->stats().flaky));
-  if (!summary->not_built_reasons.empty()) {
+  if (!summary->not_captured_reasons.empty()) {
     std::vector<std::pair<int64_t, std::string>> reasons;
-    for (const auto& [why, n] : summary->not_built_reasons) reasons.emplace_back(n, why);
+    for (const auto& [why, n] : summary->not_captured_reasons) reasons.emplace_back(n, why);
     std::sort(reasons.rbegin(), reasons.rend());
-    std::printf("\nnot built (skipped at every stage), most common reasons:\n");
+    std::printf("\nstage runs without a captured program (skipped; the reason of each is in model_results), by "
+                "capture status:\n");
     for (size_t i = 0; i < reasons.size() && i < 5; ++i) {
       std::printf("  %4lld  %s\n", static_cast<long long>(reasons[i].first), reasons[i].second.c_str());
     }
@@ -535,23 +532,19 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
                   "module/model/train: representatives of this selection [default: the latest]");
   cmd->add_option("--profiles", flags->profiles,
                   "module/model/train: input profiles [default: <home>/configs/capture_profiles.json]");
-  cmd->add_option("--max-layers", flags->max_layers, "module/model/train: layers built per model (layers repeat)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_flag("--full-depth", flags->full_depth, "module/model/train: build every layer");
   cmd->add_option("--max-gb", flags->max_gb,
-                  "module/model/train: skip a model's stage whose estimated memory exceeds this (training counts "
-                  "gradients and optimizer state)")
+                  "module/model/train: skip a model's stage whose program needs more memory than this to replay "
+                  "(its largest live set, on the backend and the reference)")
       ->capture_default_str();
   cmd->add_option("--max-model-flops", flags->max_model_flops,
                   "module/model/train: skip a model's stage estimated above this many FLOPs (0: no cap)")
       ->capture_default_str();
   cmd->add_flag("--gate", flags->gate,
                 "module/model/train: skip a model's later stages once an earlier one failed, recording what blocked them");
-  cmd->add_option("--train-steps", flags->train_steps, "train: AdamW steps")->capture_default_str()->check(
+  cmd->add_option("--train-steps", flags->train_steps,
+                  "train: replays of the captured step program (forward, loss, backward, optimizer), parameters "
+                  "carried over")->capture_default_str()->check(
       CLI::Range(1, 1000));
-  cmd->add_option("--lr", flags->learning_rate, "train: AdamW learning rate")->capture_default_str()->check(
-      CLI::PositiveNumber);
   cmd->add_option("--min-cosine", flags->min_cosine, "module/model: minimum cosine similarity of the outputs")
       ->capture_default_str()
       ->check(CLI::Range(-1.0, 1.0));

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/app.h"
+#include "registry/registry.h"
 #include "runners/backends.h"
 #include "runners/isolation.h"
 #include "runners/worker.h"
@@ -16,7 +17,23 @@ void AddWorkerCommand(CLI::App& app, GlobalOptions& global) {
     ApplyHostSettings(global);
     runners::BackendRegistry backends;
     RegisterBackends(global, backends);
-    runners::WorkerService service([&](const std::string& name) { return backends.Create(name); });
+    // Programs for the model stages, from the registry the run names (read
+    // only; opened once, on the first model request).
+    std::unique_ptr<registry::Registry> reg;
+    std::string reg_path;
+    auto load_program = [&](const std::string& path, const std::string& model_id,
+                            const std::string& profile) -> Result<Program> {
+      if (!reg || reg_path != path) {
+        auto opened = registry::Registry::Open(path, {.read_only = true});
+        if (!opened) return opened.error();
+        reg = std::move(*opened);
+        reg_path = path;
+      }
+      COV_ASSIGN_OR_RETURN(auto program, reg->LoadProgram(model_id, profile));
+      if (!program) return Status::NotFound("no captured program for " + model_id + " / " + profile + " in " + path);
+      return std::move(*program);
+    };
+    runners::WorkerService service([&](const std::string& name) { return backends.Create(name); }, load_program);
     global.exit_code = runners::RunWorkerLoop([&](const std::string& request) { return service.Handle(request); });
   });
 }

@@ -78,4 +78,16 @@ struct Program {
   bool operator==(const Program&) const = default;
 };
 
+// What replaying a program costs, estimated from its records before running
+// it: FLOPs summed over the calls (core/cost.h, from their arguments), the
+// bytes of its leaves, and the largest set of values alive at once when each
+// is dropped after its last read (a value's size is known from the first
+// call that reads it; a value nothing reads counts as nothing).
+struct ProgramFootprint {
+  double flops = 0;
+  double leaf_bytes = 0;
+  double peak_bytes = 0;
+};
+ProgramFootprint EstimateFootprint(const Program& program);
+
 }  // namespace coverage

@@ -156,6 +156,7 @@ Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::st
 json WorkerSetup::ToJson() const {
   const ModelCheckOptions& c = checks;
   return json{{"backend", backend},
+              {"registry", registry},
               {"tolerances_json", tolerances_json},
               {"tolerances_source", tolerances_source},
               {"warm_iterations", warm_iterations},
@@ -176,6 +177,7 @@ Result<WorkerSetup> WorkerSetup::FromJson(const json& j) {
   WorkerSetup s;
   try {
     s.backend = j["backend"].get<std::string>();
+    s.registry = j.value("registry", std::string());
     s.tolerances_json = j.value("tolerances_json", std::string("{}"));
     s.tolerances_source = j.value("tolerances_source", std::string("(setup)"));
     s.warm_iterations = j.value("warm_iterations", 3);
@@ -384,17 +386,10 @@ std::vector<ModelCheckItem> IsolatedModelStageRunner::RunOnce(const std::string&
   return fail(Outcome::kError, harness_.message(), json::object());
 }
 
-std::vector<ModelCheckItem> IsolatedModelStageRunner::Run(const std::string& stage,
-                                                          const selection::Features& features, const json& config,
-                                                          const CaptureProfile& profile, const BuildOptions& build,
-                                                          const BuildPlan& /*plan*/) {
-  const std::string request = DumpJson(
-      json{{"model",
-            {{"stage", stage},
-             {"features", selection::ToJson(features)},
-             {"config", config},
-             {"profile", CaptureProfileToJson(profile)},
-             {"build", {{"max_layers", build.max_layers}, {"max_bytes", DoubleToJson(build.max_bytes)}}}}}});
+std::vector<ModelCheckItem> IsolatedModelStageRunner::Run(const std::string& stage, const std::string& model_id,
+                                                          const std::string& profile, const Program& /*program*/) {
+  const std::string request =
+      DumpJson(json{{"model", {{"stage", stage}, {"model_id", model_id}, {"profile", profile}}}});
   auto worst = [](const std::vector<ModelCheckItem>& items) {
     for (const auto& i : items) {
       if (IsUnexpectedFailure(i.outcome)) return i.outcome;
@@ -428,7 +423,8 @@ std::vector<ModelCheckItem> IsolatedModelStageRunner::Run(const std::string& sta
 
 // ---------------------------------------------------------------- worker side
 
-WorkerService::WorkerService(BackendMaker make_backend) : make_backend_(std::move(make_backend)) {}
+WorkerService::WorkerService(BackendMaker make_backend, ProgramLoader load_program)
+    : make_backend_(std::move(make_backend)), load_program_(std::move(load_program)) {}
 WorkerService::~WorkerService() = default;
 
 std::string WorkerService::Handle(const std::string& request) {
@@ -461,30 +457,19 @@ std::string WorkerService::HandleUnit(const std::string& op_case_json) {
 }
 
 std::string WorkerService::HandleModel(const json& m) {
-  if (!m.is_object()) return DumpJson(json{{"error", "model request: expected an object"}});
-  auto features = selection::FeaturesFromJson(m.value("features", json::object()));
-  if (!features) return DumpJson(json{{"error", "model request: " + features.error().message()}});
-  auto profiles = ParseCaptureProfiles(json{{"profiles", json::array({m.value("profile", json::object())})}});
-  if (!profiles) return DumpJson(json{{"error", "model request: profile: " + profiles.error().message()}});
-  const json build_json = m.value("build", json::object());
-  BuildOptions build;
-  build.max_layers = build_json.value("max_layers", build.max_layers);
-  build.max_bytes = DoubleFromJson(build_json.value("max_bytes", json())).value_or(build.max_bytes);
-  const json config = m.value("config", json::object());
-  const std::string stage = m.value("stage", std::string());
-  const CaptureProfile& profile = profiles->front();
-  const BuildPlan plan = PlanModel(*features, config, profile, build);
-  std::vector<ModelCheckItem> items;
-  if (!plan.buildable) {
-    ModelCheckItem item;
-    item.item = "*";
-    item.outcome = Outcome::kSkipped;
-    item.error = "not built: " + plan.reason;
-    items.push_back(item);
-  } else {
-    InProcessModelStageRunner runner(*backend_, setup_->checks);
-    items = runner.Run(stage, *features, config, profile, build, plan);
+  if (!m.is_object() || !m.contains("model_id") || !m["model_id"].is_string() || !m.contains("profile") ||
+      !m["profile"].is_string()) {
+    return DumpJson(json{{"error", "model request: expected an object with 'stage', 'model_id' and 'profile'"}});
   }
+  if (!load_program_ || setup_->registry.empty()) {
+    return DumpJson(json{{"error", "model request: the worker was set up without a registry to load programs from"}});
+  }
+  auto program = load_program_(setup_->registry, m["model_id"].get<std::string>(), m["profile"].get<std::string>());
+  if (!program) return DumpJson(json{{"error", "model request: " + program.error().message()}});
+  ProgramReplayOptions options;
+  options.check = setup_->checks;
+  const std::vector<ModelCheckItem> items =
+      RunProgramStage(m.value("stage", std::string()), *program, *backend_, options);
   json out = json::array();
   for (const auto& item : items) out.push_back(ModelCheckItemToJson(item));
   return DumpJson(json{{"items", out}});

@@ -3,7 +3,7 @@
 // case, never the run.
 //
 // Parent side: IsolatedCaseExecutor (the unit stage's CaseExecutor) and
-// IsolatedModelStageRunner (the model stages' ModelStageRunner) send one
+// IsolatedModelStageRunner (the model stages' ProgramStageRunner) send one
 // request per case to a long-lived worker and turn what happens into the
 // same CaseResult / ModelCheckItems an in-process run gives:
 //   - the worker dies (signal, exit)  -> kCrash, with the signal and the last
@@ -19,7 +19,8 @@
 // apps/cmd_worker.cc). Messages are JSON lines:
 //   {"setup": {...WorkerSetup}}       -> {"ready": true, "backend_version": "..."} | {"error": "..."}
 //   {"unit": "<OpCase canonical JSON>"} -> {"result": "<CaseResult JSON>"}
-//   {"model": {stage, features, config, profile, build}} -> {"items": [...]}
+//   {"model": {stage, model_id, profile}} -> {"items": [...]}   (the worker loads the
+//                                        program from the setup's registry)
 //
 // Thread safety: each object is used by one thread.
 #pragma once
@@ -34,7 +35,9 @@
 #include "core/case_result.h"
 #include "core/op_case.h"
 #include "core/result.h"
+#include "core/program.h"
 #include "runners/model_check.h"
+#include "runners/program_replay.h"
 #include "runners/replay.h"
 #include "runners/worker.h"
 
@@ -71,6 +74,7 @@ struct WorkerSetup {
   std::string backend;             // a name BackendRegistry knows
   std::string tolerances_json;     // configs/tolerances.json text
   std::string tolerances_source;   // its path, for errors
+  std::string registry;            // model stages: where the worker loads programs from
   int warm_iterations = 3;
   GoldenMode golden = GoldenMode::kWhenNeeded;
   uint64_t seed = 0;
@@ -135,13 +139,14 @@ class IsolatedCaseExecutor final : public CaseExecutor {
   Status harness_;
 };
 
-class IsolatedModelStageRunner final : public ModelStageRunner {
+class IsolatedModelStageRunner final : public ProgramStageRunner {
  public:
   explicit IsolatedModelStageRunner(IsolationOptions options) : pool_(std::move(options)) {}
   Status Start() { return pool_.EnsureWorker(); }
-  std::vector<ModelCheckItem> Run(const std::string& stage, const selection::Features& features,
-                                  const nlohmann::json& config, const CaptureProfile& profile,
-                                  const BuildOptions& build, const BuildPlan& plan) override;
+  // The worker loads (model_id, profile)'s program from the registry named
+  // in the setup; `program` is not sent.
+  std::vector<ModelCheckItem> Run(const std::string& stage, const std::string& model_id, const std::string& profile,
+                                  const Program& program) override;
   Status HarnessStatus() const override { return harness_; }
   const IsolationStats& stats() { return pool_.stats(); }
 
@@ -157,7 +162,10 @@ class IsolatedModelStageRunner final : public ModelStageRunner {
 class WorkerService {
  public:
   using BackendMaker = std::function<Result<std::shared_ptr<Backend>>(const std::string& name)>;
-  explicit WorkerService(BackendMaker make_backend);
+  // Loads a captured program: (registry path, model id, profile).
+  using ProgramLoader =
+      std::function<Result<Program>(const std::string& registry, const std::string& model_id, const std::string& profile)>;
+  WorkerService(BackendMaker make_backend, ProgramLoader load_program);
   ~WorkerService();
   std::string Handle(const std::string& request);
 
@@ -167,6 +175,7 @@ class WorkerService {
   std::string HandleModel(const nlohmann::json& model);
 
   BackendMaker make_backend_;
+  ProgramLoader load_program_;
   std::shared_ptr<Backend> backend_;
   std::unique_ptr<WorkerSetup> setup_;
   std::unique_ptr<CaseExecutor> replay_;

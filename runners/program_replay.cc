@@ -1162,4 +1162,31 @@ std::vector<std::string> ModuleKinds(const Program& program) {
   return out;
 }
 
+std::vector<ModelCheckItem> RunProgramStage(const std::string& stage, const Program& program, Backend& backend,
+                                            const ProgramReplayOptions& options) {
+  if (stage == "module") {
+    const auto modules = ModuleKinds(program);
+    if (modules.empty()) {
+      ModelCheckItem item;
+      item.item = "*";
+      item.outcome = Outcome::kSkipped;
+      item.error = "no call of the program ran inside a module";
+      return {item};
+    }
+    return ReplayModules(program, modules, backend, options);
+  }
+  if (stage == "train") return {ReplayTraining(program, backend, options)};
+  if (stage == "model") return {ReplayProgram(program, backend, options)};
+  ModelCheckItem item;
+  item.item = "*";
+  item.outcome = Outcome::kError;
+  item.error = "'" + stage + "' is not a model-level stage (module, model, train)";
+  return {item};
+}
+
+std::vector<ModelCheckItem> InProcessProgramStageRunner::Run(const std::string& stage, const std::string& /*model_id*/,
+                                                             const std::string& /*profile*/, const Program& program) {
+  return RunProgramStage(stage, program, backend_, options_);
+}
+
 }  // namespace coverage::runners

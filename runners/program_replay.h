@@ -58,4 +58,34 @@ ModelCheckItem ReplayTraining(const Program& program, Backend& backend, const Pr
 // forward phase, in program order.
 std::vector<std::string> ModuleKinds(const Program& program);
 
+// One model-level stage of one captured program: "module" (ReplayModules
+// over ModuleKinds), "model" (ReplayProgram) or "train" (ReplayTraining).
+std::vector<ModelCheckItem> RunProgramStage(const std::string& stage, const Program& program, Backend& backend,
+                                            const ProgramReplayOptions& options);
+
+// The seam the model stages (stages/model_stage.h) talk to: in this process
+// (InProcessProgramStageRunner) or in a worker (isolation.h), which loads the
+// program from the registry itself.
+class ProgramStageRunner {
+ public:
+  virtual ~ProgramStageRunner() = default;
+  virtual std::vector<ModelCheckItem> Run(const std::string& stage, const std::string& model_id,
+                                          const std::string& profile, const Program& program) = 0;
+  // A failure of the harness itself (a worker that cannot start); the stage
+  // loop stops with it and does not store the last Run's items.
+  virtual Status HarnessStatus() const { return Status::Ok(); }
+};
+
+class InProcessProgramStageRunner final : public ProgramStageRunner {
+ public:
+  InProcessProgramStageRunner(Backend& backend, ProgramReplayOptions options)
+      : backend_(backend), options_(std::move(options)) {}
+  std::vector<ModelCheckItem> Run(const std::string& stage, const std::string& model_id, const std::string& profile,
+                                  const Program& program) override;
+
+ private:
+  Backend& backend_;
+  ProgramReplayOptions options_;
+};
+
 }  // namespace coverage::runners

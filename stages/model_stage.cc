@@ -14,7 +14,6 @@
 #include "core/json_double.h"
 #include "core/progress.h"
 #include "registry/registry.h"
-#include "runners/model_builder.h"
 #include "selection/features.h"
 #include "stages/unit_stage.h"
 
@@ -66,11 +65,11 @@ const runners::CaptureProfile* ChooseProfile(const ModelStageOptions& o, const s
   return nullptr;
 }
 
-// Forward passes (in units of the plan's forward FLOPs) a stage costs.
+// Replays of the program (in units of its FLOPs) a stage costs.
 double RunsOf(const std::string& stage, const runners::ModelCheckOptions& checks) {
-  if (stage == "module") return 2.0;  // the reference, then runs that stop after their module
+  if (stage == "module") return 2.0;  // the reference, and the backend for the modules' own calls
   if (stage == "model") return 2.0;   // the reference and the backend (a golden, when needed, is extra)
-  return 2.0 * 3.0 * std::max(1, checks.train_steps);  // forward + backward ~ 3 forwards, on both sides
+  return 2.0 * std::max(1, checks.train_steps);  // the step program on both sides, per step
 }
 
 // The outcome that stands for a stage of a model: the first unexpected
@@ -140,11 +139,13 @@ bool ModelStageSummary::Failed() const {
 
 Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::Backend& backend,
                                          const ModelStageOptions& options) {
-  runners::InProcessModelStageRunner runner(backend, options.checks);
+  runners::ProgramReplayOptions replay;
+  replay.check = options.checks;
+  runners::InProcessProgramStageRunner runner(backend, replay);
   return RunModelStages(registry, runner, options);
 }
 
-Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::ModelStageRunner& runner,
+Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::ProgramStageRunner& runner,
                                          const ModelStageOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> stages;
@@ -208,9 +209,6 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
     for (auto& r : rows) stored[{r.model_id, r.stage}].push_back(std::move(r));
   }
 
-  // Planned without the memory budget: over it is a cost skip (below), not "not built".
-  const runners::BuildOptions build{options.full_depth ? (int64_t{1} << 40) : options.max_layers,
-                                    std::numeric_limits<double>::infinity()};
   Progress progress(fmt::format("{} {} on {}", label, summary.run_id, options.backend),
                     static_cast<int64_t>(chosen.size()), options.progress);
   int64_t failing = 0;
@@ -223,10 +221,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
       auto j = nlohmann::json::parse(model.features_json, nullptr, false);
       if (!j.is_discarded()) features = selection::FeaturesFromJson(j);
     }
-    nlohmann::json config = nlohmann::json::parse(model.config_json, nullptr, false);
-    if (config.is_discarded()) config = nlohmann::json::object();
     std::map<std::string, std::pair<Outcome, std::string>> earlier;  // stage -> its outcome and item
-    bool counted_not_built = false;
     for (const std::string& stage : stages) {
       if (options.stop && options.stop->load()) {
         summary.interrupted = true;
@@ -246,28 +241,36 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
         return registry.RecordModelStage(summary.run_id, model.model_id, profile_name, stage, rows);
       };
       if (!features) {
-        rows.push_back(Skipped("not built: " + features.error().message(), ""));
-        if (!counted_not_built) ++summary.not_built_reasons[features.error().message()], ++summary.not_built;
-        counted_not_built = true;
+        rows.push_back(Skipped("no structure: " + features.error().message(), ""));
         COV_RETURN_IF_ERROR(record());
         continue;
       }
+      const std::string& family = features->structure;
       std::string why;
       const runners::CaptureProfile* profile = ChooseProfile(options, stage, features->structure, &why);
       if (!profile) {
-        rows.push_back(Skipped(why, ""));
+        rows.push_back(Skipped(why, family));
         COV_RETURN_IF_ERROR(record());
         continue;
       }
       profile_name = profile->name;
-      const runners::BuildPlan plan = runners::PlanModel(*features, config, *profile, build);
-      if (!plan.buildable) {
-        rows.push_back(Skipped("not built: " + plan.reason, plan.family));
-        if (!counted_not_built) ++summary.not_built_reasons[plan.reason], ++summary.not_built;
-        counted_not_built = true;
+      // The captured program, or the capture's reason for not having one.
+      COV_ASSIGN_OR_RETURN(auto captured, registry.GetProgramRecord(model.model_id, profile->name));
+      if (!captured || captured->status != "captured") {
+        const std::string reason =
+            !captured ? fmt::format("no program captured for profile '{}' (coverage capture --selection --profile '{}')",
+                                    profile->name, profile->name)
+                      : fmt::format("not captured ({}{}): {}", captured->status,
+                                    captured->stage.empty() ? "" : ", " + captured->stage, captured->reason);
+        rows.push_back(Skipped(reason, family));
+        ++summary.not_captured;
+        ++summary.not_captured_reasons[!captured ? "never traced" : captured->status];
         COV_RETURN_IF_ERROR(record());
         continue;
       }
+      COV_ASSIGN_OR_RETURN(auto loaded, registry.LoadProgram(model.model_id, profile->name));
+      if (!loaded) return Status::Internal("program of " + model.model_id + " / " + profile->name + " vanished");
+      const Program& program = *loaded;
       if (options.gate) {
         std::string blocker;
         for (const auto& [s, o] : earlier) {
@@ -279,7 +282,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
         if (!blocker.empty()) {
           registry::ModelResultRecord r = Skipped(
               fmt::format("blocked by {} ({})", blocker, OutcomeName(earlier[blocker.substr(0, blocker.find(':'))].first)),
-              plan.family);
+              family);
           r.blocked_by = blocker;
           rows.push_back(std::move(r));
           ++summary.blocked;
@@ -288,26 +291,25 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
           continue;
         }
       }
-      // Memory: weights and activations; training adds gradients and two
-      // AdamW moments and keeps activations for backward.
-      const double bytes = stage == "train" ? 4 * plan.weight_bytes + 3 * plan.activation_bytes
-                                            : plan.weight_bytes + plan.activation_bytes;
+      // Memory: the program's largest live set on the backend and the
+      // reference; training also keeps the first parameters for the update check.
+      const ProgramFootprint footprint = EstimateFootprint(program);
+      const double bytes = 2 * footprint.peak_bytes + (stage == "train" ? footprint.leaf_bytes : 0);
       if (bytes > options.max_bytes) {
-        rows.push_back(Skipped(fmt::format("needs about {:.3g} GB{} for {} of {} layers, over the --max-gb {:.3g} "
-                                           "budget",
-                                           bytes / 1e9, stage == "train" ? " (weights, gradients, optimizer state)" : "",
-                                           plan.layers_built, plan.layers_total, options.max_bytes / 1e9),
-                               plan.family));
+        rows.push_back(Skipped(fmt::format("needs about {:.3g} GB to replay (the program's largest live set, on the "
+                                           "backend and the reference), over the --max-gb {:.3g} budget",
+                                           bytes / 1e9, options.max_bytes / 1e9),
+                               family));
         rows.back().detail_json = nlohmann::json{{"estimated_bytes", bytes}}.dump();
         ++summary.skipped_by_cost;
         COV_RETURN_IF_ERROR(record());
         continue;
       }
-      const double cost = plan.flops * RunsOf(stage, options.checks);
+      const double cost = footprint.flops * RunsOf(stage, options.checks);
       if (options.max_model_flops && cost > *options.max_model_flops) {
-        rows.push_back(Skipped(fmt::format("estimated {:.3g} FLOPs ({} of {} layers) exceeds --max-model-flops {:.3g}",
-                                           cost, plan.layers_built, plan.layers_total, *options.max_model_flops),
-                               plan.family));
+        rows.push_back(Skipped(fmt::format("estimated {:.3g} FLOPs exceeds --max-model-flops {:.3g}", cost,
+                                           *options.max_model_flops),
+                               family));
         rows.back().detail_json = nlohmann::json{{"estimated_flops", cost}}.dump();
         ++summary.skipped_by_cost;
         COV_RETURN_IF_ERROR(record());
@@ -316,18 +318,20 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
       progress.Update(static_cast<int64_t>(i), fmt::format("{} failing | {} {}", failing, stage, model.model_id));
       COV_RETURN_IF_ERROR(registry.MarkInFlight(summary.run_id, "model:" + model.model_id + ":" + stage,
                                                 options.host, getpid()));
-      std::vector<runners::ModelCheckItem> items = runner.Run(stage, *features, config, *profile, build, plan);
+      std::vector<runners::ModelCheckItem> items = runner.Run(stage, model.model_id, profile->name, program);
       COV_RETURN_IF_ERROR(runner.HarnessStatus());
       for (const auto& item : items) {
-        rows.push_back(ToRecord(item, plan.family));
+        rows.push_back(ToRecord(item, family));
         nlohmann::json d = nlohmann::json::parse(rows.back().detail_json);
-        d["layers_built"] = plan.layers_built;
-        d["layers_total"] = plan.layers_total;
+        d["program"] = {{"calls", program.calls.size()},
+                        {"layers", nlohmann::json::parse(program.info.layers_json.empty() ? "{}" : program.info.layers_json,
+                                                         nullptr, false)},
+                        {"captured_on", program.info.device}};
         d["estimated_flops"] = cost;
-        if (!plan.notes.empty()) d["build_notes"] = plan.notes;
+        d["estimated_bytes"] = bytes;
         rows.back().detail_json = DumpJson(d);
       }
-      if (rows.empty()) rows.push_back(Skipped("the model has no module of a kind the module stage checks", plan.family));
+      if (rows.empty()) rows.push_back(Skipped("the program has no module of its own to check", family));
       ++summary.executed;
       COV_RETURN_IF_ERROR(record());
     }

@@ -1,19 +1,22 @@
-// The model-level stages: module, model and train (runners/model_check.h),
-// run over the representatives of a selection on a backend, in that order
-// for each model, with their results in the registry's model_results.
+// The model-level stages: module, model and train, run over the
+// representatives of a selection on a backend by replaying the programs
+// `coverage capture` recorded (runners/program_replay.h), in that order for
+// each model, with their results in the registry's model_results.
 //
-// Each model is planned like capture does (runners/model_builder.h, reduced
-// depth unless full_depth) with one profile per stage:
+// One profile per stage, chosen by the model's structure:
 //   module, model  the profile named with --profile, else the first profile in
 //                  configs/capture_profiles.json that applies to the model's
 //                  structure, has no KV cache and is not a training profile;
 //   train          the first applicable training profile, else the same one.
-// Cost caps: a stage whose estimated FLOPs (forward FLOPs times the runs the
-// stage makes) exceed max_model_flops is skipped with the estimate stored;
-// so is a model over max_bytes (for training: four copies of the weights
-// and three of the activations).
+// A (model, profile) without a captured program is skipped with the
+// capture's own reason (not built, refused, failed) or, when it was never
+// traced, with the command that captures it.
+// Cost caps: a stage whose estimated FLOPs (the program's, times the runs
+// the stage makes) exceed max_model_flops is skipped with the estimate
+// stored; so is a program whose largest live set, on the backend and the
+// reference together, exceeds max_bytes (core/program.h EstimateFootprint).
 // Gating: with `gate`, a model whose earlier stage did not pass skips its
-// later stages; the skipped row names what blocked it ("module:attention").
+// later stages; the skipped row names what blocked it ("module:model.norm").
 //
 // Resuming: running again with the same run id skips the (model, profile,
 // stage) triples that already have results (skips by cost or gate are
@@ -30,7 +33,7 @@
 #include "core/outcome.h"
 #include "core/result.h"
 #include "runners/blocks.h"
-#include "runners/model_check.h"
+#include "runners/program_replay.h"
 #include "stages/shard.h"
 
 namespace coverage::registry {
@@ -57,8 +60,6 @@ struct ModelStageOptions {
   std::vector<std::string> models;    // glob patterns over model ids; empty: all representatives
   std::vector<runners::CaptureProfile> profiles;
   std::string profile;                // force this profile for module and model (and train)
-  int64_t max_layers = 2;
-  bool full_depth = false;            // build every layer
   double max_bytes = 8e9;
   std::optional<double> max_model_flops;  // per model and stage
   bool gate = false;
@@ -73,7 +74,7 @@ struct ModelStageSummary {
   bool resumed = false;
   bool interrupted = false;
   int64_t models = 0;           // representatives considered
-  int64_t not_built = 0;        // the builder cannot build them (reason stored by capture, shown here)
+  int64_t not_captured = 0;     // (model, stage) pairs without a captured program (the capture's reason shown)
   int64_t already_done = 0;     // (model, stage) pairs with results before this invocation
   int64_t executed = 0;         // (model, stage) pairs run now
   int64_t skipped_by_cost = 0;
@@ -86,14 +87,14 @@ struct ModelStageSummary {
   std::map<std::string, std::map<std::string, int64_t>> failing_items;  // stage -> item -> models
   int64_t failing_total = 0;          // failing items in the whole run
   std::vector<std::string> failures;  // "stage model (profile) item: outcome: error", the first 100
-  std::map<std::string, int64_t> not_built_reasons;
+  std::map<std::string, int64_t> not_captured_reasons;
   bool Failed() const;
 };
 
 // Runs each (model, stage) through `runner` (in-process or in a worker,
 // runners/isolation.h). Each is marked in flight before it is sent and
 // the mark is cleared with its results, in one transaction.
-Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::ModelStageRunner& runner,
+Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::ProgramStageRunner& runner,
                                          const ModelStageOptions& options);
 // In-process on `backend`, with options.checks.
 Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::Backend& backend,

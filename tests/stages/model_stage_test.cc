@@ -1,13 +1,15 @@
-// The module, model and train stages over a selection: results per model and
-// stage in the registry, gating, cost caps, resuming, and unbuildable models
-// shown with their reason.
+// The module, model and train stages over a selection, replaying captured
+// programs: results per model and stage in the registry, gating, cost caps,
+// resuming, and models without a program shown with the capture's reason.
 #include <atomic>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "capture/trace_reader.h"
 #include "registry/registry.h"
 #include "runners/backend.h"
 #include "runners/backends.h"
@@ -22,7 +24,7 @@ namespace {
 const std::vector<std::string> kModels = {
     "vosap52/robot-navigation-command-tr-v1",                 // GPT-2, 80 wide
     "optimum-intel-internal-testing/tiny-random-BloomModel",  // ALiBi
-    "deepseek-ai/DeepSeek-V4-Flash",                          // not built
+    "deepseek-ai/DeepSeek-V4-Flash",                          // not built by the tracer
 };
 
 std::vector<runners::CaptureProfile> Profiles() {
@@ -42,6 +44,19 @@ std::vector<runners::CaptureProfile> Profiles() {
   return {decode, prefill, train};
 }
 
+// A program the tracer captured (tests/fixtures/programs), as one model's.
+Program Traced(const std::string& file, const std::string& model_id) {
+  std::ifstream in(std::string(COVERAGE_SOURCE_DIR) + "/tests/fixtures/programs/" + file);
+  capture::TraceReader reader;
+  std::string line;
+  while (std::getline(in, line)) EXPECT_TRUE(reader.Feed(line).ok());
+  auto outcome = reader.Finish();
+  EXPECT_TRUE(outcome.has_value() && outcome->program.has_value());
+  Program p = *outcome->program;
+  p.info.model_id = model_id;
+  return p;
+}
+
 struct Fixture {
   testing::TempDir dir;
   std::unique_ptr<registry::Registry> reg;
@@ -51,6 +66,30 @@ struct Fixture {
     reg = std::move(*r);
     testing::StoreRealModels(*reg, kModels);
     testing::SelectAll(*reg, 3);
+    // The first two have programs for prefill and train (the tiny Llama's
+    // stand in for theirs); DeepSeek-V4 was not built.
+    for (size_t i = 0; i < 2; ++i) {
+      for (const char* profile : {"prefill", "train"}) {
+        Program p = Traced(std::string("tiny_llama_") + profile + ".jsonl", kModels[i]);
+        registry::ProgramRecord rec;
+        rec.model_id = kModels[i];
+        rec.profile = profile;
+        rec.tracer_version = p.info.tracer_version;
+        rec.status = "captured";
+        rec.info = p.info;
+        EXPECT_TRUE(reg->StoreProgram({kModels[i], "gpt2", "test", ""}, &rec, &p).ok());
+      }
+    }
+    for (const char* profile : {"prefill", "train"}) {
+      registry::ProgramRecord rec;
+      rec.model_id = kModels[2];
+      rec.profile = profile;
+      rec.status = "not_built";
+      rec.stage = "config";
+      rec.reason = "The checkpoint you are trying to load has model type `deepseek_v4` but Transformers does not "
+                   "recognize this architecture";
+      EXPECT_TRUE(reg->StoreProgram({kModels[2], "deepseek_v4", "test", ""}, &rec, nullptr).ok());
+    }
   }
   int64_t Count(const std::string& sql) { return std::stoll(reg->Query(sql)->rows[0][0]); }
 };
@@ -71,15 +110,15 @@ std::shared_ptr<runners::Backend> Cpu() {
   return *registry.Create("cpu");
 }
 
-TEST(ModelStage, CpuPassesEveryStageAndUnbuildableModelsShowTheirReason) {
+TEST(ModelStage, CpuPassesEveryStageAndModelsWithoutAProgramShowTheCapturesReason) {
   Fixture fx;
   auto cpu = Cpu();
   auto s = RunModelStages(*fx.reg, *cpu, Options("r1"));
   ASSERT_TRUE(s.has_value()) << s.error().ToString();
   EXPECT_FALSE(s->Failed());
   EXPECT_EQ(s->models, 3);
-  EXPECT_EQ(s->executed, 6);  // two built models x three stages
-  EXPECT_EQ(s->not_built, 1);
+  EXPECT_EQ(s->executed, 6);  // two captured models x three stages
+  EXPECT_EQ(s->not_captured, 3);
   EXPECT_EQ(s->per_stage.at("model").at(Outcome::kPass), 2);
   EXPECT_EQ(s->per_stage.at("train").at(Outcome::kPass), 2);
   EXPECT_EQ(s->per_stage.at("module").at(Outcome::kSkipped), 1);
@@ -90,11 +129,13 @@ TEST(ModelStage, CpuPassesEveryStageAndUnbuildableModelsShowTheirReason) {
   EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM model_results WHERE stage = 'train' AND profile = 'train' AND "
                      "outcome = 'pass'"),
             2);
+  // One item per module kind, named by its first instance's path.
   EXPECT_GE(fx.Count("SELECT COUNT(*) FROM model_results WHERE stage = 'module' AND model_id LIKE 'vosap52%' AND "
-                     "item IN ('attention', 'mlp', 'norm', 'embedding', 'head') AND outcome = 'pass'"),
+                     "item IN ('model.layers.0.self_attn', 'model.layers.0.mlp.act_fn', 'model.norm', "
+                     "'model.embed_tokens', 'lm_head') AND outcome = 'pass'"),
             5);
   EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM model_results WHERE model_id = 'deepseek-ai/DeepSeek-V4-Flash' AND "
-                     "outcome = 'skipped' AND error LIKE 'not built: %DeepSeek-V4%'"),
+                     "outcome = 'skipped' AND error LIKE 'not captured (not_built, config): %deepseek_v4%'"),
             3);
   EXPECT_EQ(fx.Count("SELECT models FROM v_model_stage_outcomes WHERE run_id = 'r1' AND stage = 'model' AND "
                      "outcome = 'pass'"),
@@ -114,16 +155,16 @@ TEST(ModelStage, CpuPassesEveryStageAndUnbuildableModelsShowTheirReason) {
 TEST(ModelStage, GateSkipsLaterStagesOfAModelWhoseModulesFailAndSaysWhy) {
   Fixture fx;
   testing::FakeBackend fake;
-  fake.add_offset["aten::softmax"] = 0.25;
+  fake.add_offset["aten::_scaled_dot_product_flash_attention_for_cpu"] = 0.25;
   ModelStageOptions o = Options("gated");
   o.gate = true;
   auto s = RunModelStages(*fx.reg, fake, o);
   ASSERT_TRUE(s.has_value()) << s.error().ToString();
   EXPECT_TRUE(s->Failed());
   EXPECT_EQ(s->blocked, 4);  // model and train of both built models
-  EXPECT_EQ(s->failing_items.at("module").at("attention"), 2);
+  EXPECT_EQ(s->failing_items.at("module").at("model.layers.0.self_attn"), 2);
   EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM model_results WHERE run_id = 'gated' AND stage IN ('model', 'train') AND "
-                     "outcome = 'skipped' AND blocked_by = 'module:attention'"),
+                     "outcome = 'skipped' AND blocked_by = 'module:model.layers.0.self_attn'"),
             4);
   // Without the gate every stage runs and fails on its own.
   auto ungated = RunModelStages(*fx.reg, fake, Options("ungated"));
@@ -131,6 +172,12 @@ TEST(ModelStage, GateSkipsLaterStagesOfAModelWhoseModulesFailAndSaysWhy) {
   EXPECT_EQ(ungated->blocked, 0);
   EXPECT_EQ(ungated->per_stage.at("model").at(Outcome::kMismatch), 2);
   EXPECT_EQ(ungated->per_stage.at("train").at(Outcome::kMismatch), 2);
+  // The failing model links to the call and op case that broke it.
+  auto row = fx.reg->Query("SELECT detail_json FROM model_results WHERE run_id = 'ungated' AND stage = 'model' LIMIT 1");
+  ASSERT_TRUE(row.has_value() && !row->rows.empty());
+  const auto detail = nlohmann::json::parse(row->rows[0][0]);
+  EXPECT_EQ(detail["first_divergent"]["op"], "aten::_scaled_dot_product_flash_attention_for_cpu");
+  EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM op_cases WHERE key = '" + detail["first_divergent"]["case_key"].get<std::string>() + "'"), 1);
 }
 
 TEST(ModelStage, CostCapSkipsWithTheEstimateAndAResumeRetriesThem) {
@@ -143,7 +190,7 @@ TEST(ModelStage, CostCapSkipsWithTheEstimateAndAResumeRetriesThem) {
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->skipped_by_cost, 2);
   EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM model_results WHERE outcome = 'skipped' AND error LIKE "
-                     "'estimated % FLOPs (2 of % layers) exceeds --max-model-flops 1'"),
+                     "'estimated % FLOPs exceeds --max-model-flops 1'"),
             2);
   o.max_model_flops.reset();
   auto resumed = RunModelStages(*fx.reg, *cpu, o);
