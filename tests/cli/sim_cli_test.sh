@@ -67,14 +67,25 @@ if [[ -n "${HUB_REPLAY_BIN:-}" ]]; then
   "$BIN" -q --registry "$MDB" crawl --endpoint "$URL" --rate 0 --model qgallouedec/tiny-OPTForCausalLM >/dev/null 2>&1
   "$BIN" -q --registry "$MDB" select --k 1 >/dev/null 2>&1
   check "a one-model selection" test "$(sqlite3 "$MDB" "SELECT COUNT(*) FROM v_representatives")" -eq 1
+  # Its programs, captured with small inputs, are what the model stages replay.
+  cat >"$TMP/mprofiles.json" <<'JSON'
+{"profiles": [
+  {"name": "prefill", "families": ["decoder"], "seq_len": 8},
+  {"name": "train", "families": ["decoder"], "batch": 2, "seq_len": 8, "training": true}
+]}
+JSON
+  "$BIN" -q --registry "$MDB" capture --selection --profiles "$TMP/mprofiles.json" >"$TMP/mcap.out" 2>&1
+  check "the model's prefill and train programs are captured" \
+    test "$(sqlite3 "$MDB" "SELECT COUNT(*) FROM programs WHERE status = 'captured'")" -eq 2 || cat "$TMP/mcap.out" >&2
   COVERAGE_SIM_CONFIG="$TMP/exact.json" "$BIN" -q --registry "$MDB" run --stage=module,model,train --backend sim \
-    --model 'qgallouedec/*' --run m >"$TMP/model.out" 2>&1
+    --profiles "$TMP/mprofiles.json" --model 'qgallouedec/*' --run m >"$TMP/model.out" 2>&1
   check "module, model and train pass on sim with exact numerics" test $? -eq 0 || cat "$TMP/model.out" >&2
   check "the stages ran the model" grep -q "3 stage runs now" "$TMP/model.out"
   # A crash inside a model stage costs that stage only: the worker dies, the
   # crash is stored with its signal, the next stage runs in a fresh worker.
-  COVERAGE_SIM_CONFIG="$TMP/exact.json" COVERAGE_SIM_FAULTS='[{"op": "aten::_softmax", "fault": "crash"}]' \
-    "$BIN" -q --registry "$MDB" run --stage=model,train --backend sim --model 'qgallouedec/*' --run crash \
+  COVERAGE_SIM_CONFIG="$TMP/exact.json" COVERAGE_SIM_FAULTS='[{"op": "aten::addmm", "fault": "crash"}]' \
+    "$BIN" -q --registry "$MDB" run --stage=model,train --backend sim --profiles "$TMP/mprofiles.json" \
+    --model 'qgallouedec/*' --run crash \
     --reruns 1 >"$TMP/crash.out" 2>&1
   check "a crashing model stage fails the run" test $? -eq 1
   check "the model stage is a crash with its signal" test "$(sqlite3 "$MDB" \
