@@ -8,7 +8,9 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <memory>
 #include <optional>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -152,6 +154,17 @@ PairResult TracePair(const TracerCaptureOptions& options, const std::vector<Pair
   return out;
 }
 
+// The kind a "profile does not apply" refusal names: the tracer writes
+// "...; LlamaForCausalLM is a model of kind decoder".
+std::string KindNamedIn(const std::string& reason) {
+  static const std::string kMarker = " is a model of kind ";
+  const auto at = reason.rfind(kMarker);
+  if (at == std::string::npos) return "";
+  std::string kind = reason.substr(at + kMarker.size());
+  while (!kind.empty() && (kind.back() == '.' || kind.back() == ' ' || kind.back() == '\n')) kind.pop_back();
+  return kind;
+}
+
 }  // namespace
 
 std::string StatusForStage(const std::string& stage) {
@@ -189,133 +202,187 @@ Result<TracerCaptureSummary> RunTracerCapture(registry::Registry& registry, cons
       pairs.push_back({m, &p, sha});
     }
   }
-  summary.pairs = static_cast<int64_t>(pairs.size());
-  std::vector<size_t> todo;
-  for (size_t i = 0; i < pairs.size(); ++i) {
-    if (!options.force) {
-      COV_ASSIGN_OR_RETURN(auto stored, registry.GetProgramRecord(options.models[pairs[i].model].id,
-                                                                  pairs[i].profile->name));
-      // Done when traced the same way; a refusal is retried with a larger budget.
-      if (stored && stored->tracer_version == kTracerVersion && stored->max_layers == t.max_layers &&
-          stored->config_sha256 == pairs[i].config_sha && stored->device_option == t.device &&
-          stored->seed == t.seed && !(stored->status == "refused" && t.max_gb > stored->max_gb)) {
-        ++summary.skipped;
-        continue;
-      }
+  // Per model: kinds the tracer named when a profile did not apply, and
+  // whether any pair had another outcome (Note [Kinds the tracer names]).
+  std::vector<std::set<std::string>> named_kinds(options.models.size());
+  std::vector<bool> applied(options.models.size(), false);
+  auto note_outcome = [&](size_t model, const std::string& status, const std::string& reason) {
+    if (status == "not_applicable") {
+      if (std::string k = KindNamedIn(reason); !k.empty()) named_kinds[model].insert(k);
+    } else {
+      applied[model] = true;
     }
-    todo.push_back(i);
-  }
+  };
+  // The pairs [from, pairs.size()) not already stored from the same tracing.
+  auto pending = [&](size_t from) -> Result<std::vector<size_t>> {
+    std::vector<size_t> out;
+    for (size_t i = from; i < pairs.size(); ++i) {
+      if (!options.force) {
+        COV_ASSIGN_OR_RETURN(auto stored, registry.GetProgramRecord(options.models[pairs[i].model].id,
+                                                                    pairs[i].profile->name));
+        // Done when traced the same way; a refusal is retried with a larger budget.
+        if (stored && stored->tracer_version == kTracerVersion && stored->max_layers == t.max_layers &&
+            stored->config_sha256 == pairs[i].config_sha && stored->device_option == t.device &&
+            stored->seed == t.seed && !(stored->status == "refused" && t.max_gb > stored->max_gb)) {
+          ++summary.skipped;
+          note_outcome(pairs[i].model, stored->status, stored->reason);
+          continue;
+        }
+      }
+      out.push_back(i);
+    }
+    return out;
+  };
+  summary.pairs = static_cast<int64_t>(pairs.size());
+  COV_ASSIGN_OR_RETURN(std::vector<size_t> todo, pending(0));
   COV_ASSIGN_OR_RETURN(int64_t cases_before, registry.CountCases());
 
   const int jobs = std::max(1, std::min<int>(options.jobs, static_cast<int>(std::max<size_t>(todo.size(), 1))));
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   const int threads = t.threads > 0 ? t.threads : std::max(1, static_cast<int>(cores / jobs));
-
-  // Workers trace; this thread stores. A model that transformers cannot
-  // build is not built in every profile: later pairs of it reuse the record.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<PairResult> done;
-  size_t next = 0;
-  bool abort = false;
-  std::unordered_map<size_t, registry::ProgramRecord> unbuildable;  // model index -> its not_built record
-  int active = 0;  // workers that have not returned
-  const auto worker = [&]() {
-    for (;;) {
-      size_t index;
-      std::optional<registry::ProgramRecord> reuse;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (abort || next >= todo.size() || (options.stop && options.stop->load())) {
-          --active;
-          cv.notify_all();
-          return;
-        }
-        index = todo[next++];
-        auto it = unbuildable.find(pairs[index].model);
-        if (it != unbuildable.end()) reuse = it->second;
-      }
-      PairResult r;
-      if (reuse) {
-        r.pair = index;
-        r.record = *reuse;
-        r.record.profile = pairs[index].profile->name;
-        r.record.seconds = 0;
-        r.record.peak_rss_mb = 0;
-      } else {
-        r = TracePair(options, pairs, index, threads);
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      if (r.record.status == "not_built") unbuildable.emplace(pairs[index].model, r.record);
-      if (!r.fatal.ok()) abort = true;
-      done.push_back(std::move(r));
-      cv.notify_all();
-    }
-  };
-  std::vector<std::thread> workers;
-  active = todo.empty() ? 0 : jobs;
-  for (int i = 0; i < active; ++i) workers.emplace_back(worker);
-
-  Progress progress("capture", static_cast<int64_t>(todo.size()), options.progress);
   std::vector<bool> model_captured(options.models.size(), false);
+  std::unordered_map<size_t, registry::ProgramRecord> unbuildable;  // model index -> its not_built record
   Status failure;
-  size_t received = 0;
-  for (;;) {
-    PairResult r;
+  std::unique_ptr<Progress> progress;
+
+  // One round over `todo`. Workers trace; this thread stores. A model that
+  // transformers cannot build is not built in every profile: later pairs of
+  // it reuse the record.
+  auto run_round = [&](const std::vector<size_t>& todo) {
+    size_t received = 0;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<PairResult> done;
+    size_t next = 0;
+    bool abort = false;
+    int active = 0;  // workers that have not returned
+    const auto worker = [&]() {
+      for (;;) {
+        size_t index;
+        std::optional<registry::ProgramRecord> reuse;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (abort || next >= todo.size() || (options.stop && options.stop->load())) {
+            --active;
+            cv.notify_all();
+            return;
+          }
+          index = todo[next++];
+          auto it = unbuildable.find(pairs[index].model);
+          if (it != unbuildable.end()) reuse = it->second;
+        }
+        PairResult r;
+        if (reuse) {
+          r.pair = index;
+          r.record = *reuse;
+          r.record.profile = pairs[index].profile->name;
+          r.record.seconds = 0;
+          r.record.peak_rss_mb = 0;
+        } else {
+          r = TracePair(options, pairs, index, threads);
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        if (r.record.status == "not_built") unbuildable.emplace(pairs[index].model, r.record);
+        if (!r.fatal.ok()) abort = true;
+        done.push_back(std::move(r));
+        cv.notify_all();
+      }
+    };
+    std::vector<std::thread> workers;
+    active = todo.empty() ? 0 : jobs;
+    for (int i = 0; i < active; ++i) workers.emplace_back(worker);
+    for (;;) {
+      PairResult r;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return !done.empty() || active == 0; });
+        if (done.empty()) break;  // every worker returned and everything is stored
+        r = std::move(done.front());
+        done.pop_front();
+      }
+      ++received;
+      if (!r.fatal.ok()) {
+        failure = r.fatal;
+        break;
+      }
+      if (r.interrupted) {
+        summary.interrupted = true;
+        continue;
+      }
+      const Pair& pair = pairs[r.pair];
+      const CaptureModel& model = options.models[pair.model];
+      progress->Update(static_cast<int64_t>(received), model.id + " / " + pair.profile->name);
+      registry::ModelRecord m{model.id, model.model_type, model.source, model.config_json};
+      Status stored = registry.StoreProgram(m, &r.record, r.program ? &*r.program : nullptr);
+      if (!stored.ok()) {
+        failure = stored;
+        std::lock_guard<std::mutex> lock(mu);
+        abort = true;
+        break;
+      }
+      const std::string& status = r.record.status;
+      note_outcome(pair.model, status, r.record.reason);
+      if (status == "captured") {
+        ++summary.captured;
+        (r.record.info.device == "meta" ? summary.on_meta : summary.on_cpu) += 1;
+        summary.calls += r.record.calls;
+        summary.unsupported_calls += r.record.unsupported_calls;
+        summary.cases_seen += r.record.cases;
+        model_captured[pair.model] = true;
+      } else {
+        if (status == "not_built") ++summary.not_built;
+        if (status == "not_applicable") ++summary.not_applicable;
+        if (status == "refused") ++summary.refused;
+        if (status == "failed") ++summary.failed;
+        if (status != "not_applicable") {
+          ++summary.reasons[fmt::format("{} ({}): {}", status, r.record.stage, r.record.reason.substr(0, 300))];
+        }
+      }
+      if (options.stop && options.stop->load()) summary.interrupted = true;
+    }
     {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return !done.empty() || active == 0; });
-      if (done.empty()) break;  // every worker returned and everything is stored
-      r = std::move(done.front());
-      done.pop_front();
-    }
-    ++received;
-    if (!r.fatal.ok()) {
-      failure = r.fatal;
-      break;
-    }
-    if (r.interrupted) {
-      summary.interrupted = true;
-      continue;
-    }
-    const Pair& pair = pairs[r.pair];
-    const CaptureModel& model = options.models[pair.model];
-    progress.Update(static_cast<int64_t>(received), model.id + " / " + pair.profile->name);
-    registry::ModelRecord m{model.id, model.model_type, model.source, model.config_json};
-    Status stored = registry.StoreProgram(m, &r.record, r.program ? &*r.program : nullptr);
-    if (!stored.ok()) {
-      failure = stored;
       std::lock_guard<std::mutex> lock(mu);
-      abort = true;
-      break;
+      abort = abort || !failure.ok();
     }
-    const std::string& status = r.record.status;
-    if (status == "captured") {
-      ++summary.captured;
-      (r.record.info.device == "meta" ? summary.on_meta : summary.on_cpu) += 1;
-      summary.calls += r.record.calls;
-      summary.unsupported_calls += r.record.unsupported_calls;
-      summary.cases_seen += r.record.cases;
-      model_captured[pair.model] = true;
-    } else {
-      if (status == "not_built") ++summary.not_built;
-      if (status == "not_applicable") ++summary.not_applicable;
-      if (status == "refused") ++summary.refused;
-      if (status == "failed") ++summary.failed;
-      if (status != "not_applicable") {
-        ++summary.reasons[fmt::format("{} ({}): {}", status, r.record.stage, r.record.reason.substr(0, 300))];
+    for (auto& w : workers) w.join();
+    if (received < todo.size()) summary.interrupted = true;
+  };
+
+  progress = std::make_unique<Progress>("capture", static_cast<int64_t>(todo.size()), options.progress);
+  run_round(todo);
+  // Note [Kinds the tracer names]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // Profiles are tried by the structure the feature extractor read from the
+  // config, which can differ from the kind transformers builds (a CLIP image
+  // classifier read as multimodal, a speech model as encoder-decoder). A
+  // model whose every pair came back "does not apply" with a kind it was not
+  // tried for gets a second round with that kind's profiles.
+  if (failure.ok() && !summary.interrupted && !(options.stop && options.stop->load())) {
+    const size_t first_new = pairs.size();
+    for (size_t m = 0; m < options.models.size(); ++m) {
+      if (applied[m] || options.models[m].structure.empty()) continue;
+      for (const std::string& kind : named_kinds[m]) {
+        if (kind == options.models[m].structure) continue;
+        for (const auto& p : options.profiles) {
+          if (std::find(p.families.begin(), p.families.end(), kind) == p.families.end()) continue;
+          const bool queued = std::any_of(pairs.begin(), pairs.end(), [&](const Pair& q) {
+            return q.model == m && q.profile->name == p.name;
+          });
+          if (!queued) pairs.push_back({m, &p, Sha256Hex(options.models[m].config_json)});
+        }
       }
     }
-    if (options.stop && options.stop->load()) summary.interrupted = true;
+    summary.pairs = static_cast<int64_t>(pairs.size());
+    COV_ASSIGN_OR_RETURN(std::vector<size_t> again, pending(first_new));
+    if (!again.empty()) {
+      progress->Finish();
+      progress = std::make_unique<Progress>("capture (the kinds the tracer named)", static_cast<int64_t>(again.size()),
+                                            options.progress);
+      run_round(again);
+    }
   }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    abort = abort || !failure.ok();
-  }
-  for (auto& w : workers) w.join();
-  progress.Finish();
+  progress->Finish();
   if (!failure.ok()) return failure;
-  if (received < todo.size()) summary.interrupted = true;
   for (bool c : model_captured) summary.models_captured += c;
   // Recaptures can leave cases no program calls and no run used.
   COV_ASSIGN_OR_RETURN(int64_t pruned, registry.PruneOrphanCases());

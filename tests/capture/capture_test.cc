@@ -127,6 +127,7 @@ class FakeTracerTest : public ::testing::Test {
               "  cut) echo \"$start\"; echo '" << kValue0 << "'; exit 1;;\n"
               "  memory) exec python3 -c 'import time; x = bytearray(400_000_000); time.sleep(60)';;\n"
               "  budget) echo '{\"type\":\"error\",\"stage\":\"budget\",\"reason\":\"needs 5 GB\"}'; exit 3;;\n"
+              "  wrongkind) echo '{\"type\":\"error\",\"stage\":\"profile\",\"reason\":\"profile wrongkind applies to multimodal models; CLIPForImageClassification is a model of kind vision\"}'; exit 3;;\n"
               "  usage) echo 'python -m coverage_tracer: error: --max-gb must be positive' >&2; exit 2;;\n"
               "esac\n";
     script.close();
@@ -305,6 +306,28 @@ TEST_F(FakeTracerTest, RefusedCommandLineStopsTheCapture) {
   auto m = RunTracerCapture(*registry_, missing);
   ASSERT_FALSE(m);
   EXPECT_NE(m.error().message().find("scripts/setup.sh"), std::string::npos);
+}
+
+TEST_F(FakeTracerTest, AProfileForTheKindTheTracerNamesIsTriedWhenTheStructureWasWrong) {
+  // The extractor read the config as multimodal; transformers builds a
+  // vision model: the vision profile ("ok" here) gets its turn.
+  TracerCaptureOptions o = Options({});
+  o.models[0].structure = "multimodal";
+  o.profiles = {{"wrongkind", {"multimodal"}}, {"ok", {"vision"}}};
+  auto s = RunTracerCapture(*registry_, o);
+  ASSERT_TRUE(s) << s.error().message();
+  EXPECT_EQ(s->pairs, 2);
+  EXPECT_EQ(s->not_applicable, 1);
+  EXPECT_EQ(s->captured, 1);
+  auto ok = registry_->GetProgramRecord("m", "ok");
+  ASSERT_TRUE(ok && *ok);
+  EXPECT_EQ((*ok)->status, "captured");
+  // Resumed: both outcomes are stored, nothing is traced again.
+  const int starts = Starts();
+  auto again = RunTracerCapture(*registry_, o);
+  ASSERT_TRUE(again) << again.error().message();
+  EXPECT_EQ(again->skipped, 2);
+  EXPECT_EQ(Starts(), starts);
 }
 
 }  // namespace
