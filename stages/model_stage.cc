@@ -222,6 +222,8 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
       if (!j.is_discarded()) features = selection::FeaturesFromJson(j);
     }
     std::map<std::string, std::pair<Outcome, std::string>> earlier;  // stage -> its outcome and item
+    // The module and model stages share a profile: its program is read once per model.
+    std::map<std::string, Program> programs;  // profile -> program
     for (const std::string& stage : stages) {
       if (options.stop && options.stop->load()) {
         summary.interrupted = true;
@@ -268,9 +270,12 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
         COV_RETURN_IF_ERROR(record());
         continue;
       }
-      COV_ASSIGN_OR_RETURN(auto loaded, registry.LoadProgram(model.model_id, profile->name));
-      if (!loaded) return Status::Internal("program of " + model.model_id + " / " + profile->name + " vanished");
-      const Program& program = *loaded;
+      if (!programs.count(profile->name)) {
+        COV_ASSIGN_OR_RETURN(auto loaded, registry.LoadProgram(model.model_id, profile->name));
+        if (!loaded) return Status::Internal("program of " + model.model_id + " / " + profile->name + " vanished");
+        programs.emplace(profile->name, std::move(*loaded));
+      }
+      const Program& program = programs.at(profile->name);
       if (options.gate) {
         std::string blocker;
         for (const auto& [s, o] : earlier) {
