@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "registry/registry.h"
-#include "runners/backends.h"
-#include "runners/plugin_backend.h"
-#include "runners/host.h"
+#include "backends/backends.h"
+#include "backends/plugin_backend.h"
+#include "backends/host.h"
 
 #ifndef COVERAGE_SOURCE_DIR
 #define COVERAGE_SOURCE_DIR "."
@@ -100,14 +100,14 @@ int ReportError(const Status& status) {
   return kExitUsage;
 }
 
-Result<std::vector<runners::CaptureProfile>> LoadProfiles(const std::string& path, const std::vector<std::string>& only) {
+Result<std::vector<capture::CaptureProfile>> LoadProfiles(const std::string& path, const std::vector<std::string>& only) {
   COV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded()) return Status::InvalidArgument(path + ": not valid JSON");
-  auto all = runners::ParseCaptureProfiles(j);
+  auto all = capture::ParseCaptureProfiles(j);
   if (!all) return all.error().WithContext(path);
   if (only.empty()) return all;
-  std::vector<runners::CaptureProfile> out;
+  std::vector<capture::CaptureProfile> out;
   for (const auto& name : only) {
     bool found = false;
     for (const auto& p : *all) {

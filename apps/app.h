@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/result.h"
-#include "runners/blocks.h"
+#include "capture/profiles.h"
 
 namespace CLI {
 class App;
@@ -63,7 +63,7 @@ int ReportError(const Status& status);
 
 // Input profiles from a capture_profiles.json; `only` (names) keeps those,
 // in that order. Errors name the file and the profile.
-Result<std::vector<runners::CaptureProfile>> LoadProfiles(const std::string& path, const std::vector<std::string>& only);
+Result<std::vector<capture::CaptureProfile>> LoadProfiles(const std::string& path, const std::vector<std::string>& only);
 
 // Explicit registration (no static constructors): every backend this build
 // offers, for `run` and for its workers.

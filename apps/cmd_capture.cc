@@ -41,10 +41,6 @@ struct CaptureFlags {
   int jobs = 0;
   uint64_t seed = 0;
   std::string python;
-  std::string engine = "tracer";
-  // --engine builder only
-  int max_depth = 0;
-  bool no_meta = false;
 };
 
 // Every number a user types: finite and in range (CLI::Range lets NaN through).
@@ -122,47 +118,7 @@ long MemoryGb() {
   return pages > 0 && page > 0 ? static_cast<long>(static_cast<double>(pages) * static_cast<double>(page) / 1e9) : 8;
 }
 
-int RunBuilderCapture(const GlobalOptions& global, const CaptureFlags& flags) {
-  const std::string profiles_path =
-      flags.profiles_path.empty() ? global.home + "/configs/capture_profiles.json" : flags.profiles_path;
-  auto profiles = LoadProfiles(profiles_path, flags.only_profiles);
-  if (!profiles) return ReportError(profiles.error());
-  auto reg = OpenRegistry(global, /*read_only=*/false);
-  if (!reg) return ReportError(reg.error());
-  ApplyHostSettings(global);
-  stages::SelectionCaptureOptions options;
-  options.selection_id = flags.selection_id;
-  options.only_models = flags.only_models;
-  options.profiles = std::move(*profiles);
-  options.max_layers = flags.max_layers;
-  options.max_bytes = flags.max_gb * 1e9;
-  options.meta_over_budget = !flags.no_meta;
-  options.max_depth = flags.max_depth;
-  options.force = flags.force;
-  options.progress = !global.quiet;
-  options.stop = InstallStopHandler();
-  auto summary = stages::RunSelectionCapture(**reg, options);
-  if (!summary) return ReportError(summary.error().WithContext("capture"));
-  const auto& s = *summary;
-  std::printf("builder capture of selection %lld (%lld representatives): %lld pairs built (%lld on meta), %lld not "
-              "built, %lld failed, %lld done before; %lld calls, %lld distinct cases, %lld new, %lld in all\n",
-              static_cast<long long>(s.selection_id), static_cast<long long>(s.representatives),
-              static_cast<long long>(s.pairs_built), static_cast<long long>(s.pairs_meta),
-              static_cast<long long>(s.pairs_not_built), static_cast<long long>(s.pairs_failed),
-              static_cast<long long>(s.pairs_skipped), static_cast<long long>(s.calls),
-              static_cast<long long>(s.cases_seen), static_cast<long long>(s.cases_new),
-              static_cast<long long>(s.cases_total));
-  std::printf("registry: %s (views v_build_coverage, v_build_failures)\n", global.registry_path.c_str());
-  return s.interrupted ? kExitInterrupted : kExitOk;
-}
-
 int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
-  if (flags.engine == "builder") {
-    if (!flags.selection) {
-      return ReportError(Status::InvalidArgument("--engine builder captures a selection: add --selection"));
-    }
-    return RunBuilderCapture(global, flags);
-  }
   const std::string profiles_path =
       flags.profiles_path.empty() ? global.home + "/configs/capture_profiles.json" : flags.profiles_path;
   auto profiles = LoadProfiles(profiles_path, flags.only_profiles);
@@ -291,15 +247,6 @@ void AddCaptureCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--python", flags->python,
                   "Python with torch and transformers [default: $COVERAGE_PYTHON, else <home>/.venv/bin/python]");
   cmd->add_flag("--force", flags->force, "Trace pairs again that were already traced");
-  cmd->add_option("--engine", flags->engine,
-                  "tracer, or builder: the C++ model builder's capture of a selection, kept to compare\n"
-                  "fidelity until program replay retires the model families")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"tracer", "builder"}));
-  cmd->add_option("--max-depth", flags->max_depth, "--engine builder: keep nested calls up to this depth")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 16));
-  cmd->add_flag("--no-meta", flags->no_meta, "--engine builder: refuse a pair over --max-gb instead of using meta");
   cmd->callback([&global, flags]() { global.exit_code = RunCapture(global, *flags); });
 }
 

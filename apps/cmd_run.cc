@@ -14,9 +14,9 @@
 #include "apps/table.h"
 #include "core/sha256.h"
 #include "registry/registry.h"
-#include "runners/backends.h"
-#include "runners/isolation.h"
-#include "runners/replay.h"
+#include "backends/backends.h"
+#include "isolation/isolation.h"
+#include "replay/replay.h"
 #include "stages/model_stage.h"
 #include "stages/unit_stage.h"
 

@@ -1,12 +1,12 @@
 // `coverage worker`: the process a run spawns to execute cases in isolation
-// (runners/isolation.h). Not for people: it speaks JSON lines on fd 3.
+// (isolation/isolation.h). Not for people: it speaks JSON lines on fd 3.
 #include <CLI/CLI.hpp>
 
 #include "apps/app.h"
 #include "registry/registry.h"
-#include "runners/backends.h"
-#include "runners/isolation.h"
-#include "runners/worker.h"
+#include "backends/backends.h"
+#include "isolation/isolation.h"
+#include "isolation/worker.h"
 
 namespace coverage::apps {
 

@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/app.h"
-#include "runners/host.h"
+#include "backends/host.h"
 
 int main(int argc, char** argv) {
   using namespace coverage::apps;

@@ -1,14 +1,13 @@
 // Capture at scale: every real config shipped in data/hub/configs.jsonl goes
 // through the select step (features, one representative per distinct
 // point), then capture with the default input profiles, in a scratch
-// registry: `--engine tracer` (the default) traces every config with the
-// capture tracer (capture/tracer_capture.h), `--engine builder` runs the
-// representatives through the C++ model builder, kept to measure the
-// tracer's fidelity against it. Reports capture throughput (models and
+// registry, and every stored config is traced with the capture tracer
+// (capture/tracer_capture.h), the loop `coverage capture` runs. Reports
+// capture throughput (models and
 // (model, profile) pairs per minute), the registry's growth curve as models
 // are added, and the distinct op cases by op and by model structure.
 //
-//   build/bin/bench_capture_scale [--engine tracer|builder] [--jobs 2] [--limit N] [--max-layers 2]
+//   build/bin/bench_capture_scale [--jobs 2] [--limit N] [--max-layers 2]
 //                                 [--max-gb 8] [--batch 10] [--defaults 1] [--profile NAME]... [--db PATH]
 // --db keeps the registry in PATH (default: a scratch file): a second run
 // on it resumes, skipping (model, profile) pairs already captured.
@@ -28,9 +27,8 @@
 #include "capture/tracer_capture.h"
 #include "core/json_capped.h"
 #include "registry/registry.h"
-#include "runners/blocks.h"
+#include "capture/profiles.h"
 #include "selection/features.h"
-#include "stages/capture_stage.h"
 #include "stages/select_stage.h"
 #include "tests/support/temp_dir.h"
 
@@ -39,7 +37,7 @@ int main(int argc, char** argv) {
   int64_t limit = 0, max_layers = 2, batch = 10, with_defaults = 0, with_real = 1;
   double max_gb = 8;
   std::vector<std::string> only_profiles;
-  std::string db_path, engine = "tracer";
+  std::string db_path;
   int jobs = 2;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--limit")) limit = std::atoll(argv[i + 1]);
@@ -50,7 +48,6 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--real")) with_real = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--profile")) only_profiles.push_back(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--db")) db_path = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--engine")) engine = argv[i + 1];
     else if (!std::strcmp(argv[i], "--jobs")) jobs = std::atoi(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown argument '%s'\n", argv[i]);
@@ -106,26 +103,23 @@ int main(int argc, char** argv) {
   }
   auto reps = (*reg)->SelectionModels(0);
   if (!reps) return 2;
-  std::vector<std::string> ids;
-  for (const auto& r : *reps) ids.push_back(r.model_id);
-  if (limit > 0 && static_cast<int64_t>(ids.size()) > limit) ids.resize(static_cast<size_t>(limit));
   std::printf("%zu shipped configs (%zu real, %zu transformers defaults), %zu representatives (one per distinct "
-              "point); capturing %zu of them\n",
-              configs.size(), real_configs, configs.size() - real_configs, reps->size(), ids.size());
+              "point)\n",
+              configs.size(), real_configs, configs.size() - real_configs, reps->size());
 
   std::ifstream profiles_in(home + "/configs/capture_profiles.json");
   nlohmann::json profiles_doc = nlohmann::json::parse(profiles_in, nullptr, false);
-  auto profiles = runners::ParseCaptureProfiles(profiles_doc);
+  auto profiles = capture::ParseCaptureProfiles(profiles_doc);
   if (!profiles) return 2;
   if (!only_profiles.empty()) {
-    std::vector<runners::CaptureProfile> kept;
+    std::vector<capture::CaptureProfile> kept;
     for (const auto& p : *profiles) {
       if (std::find(only_profiles.begin(), only_profiles.end(), p.name) != only_profiles.end()) kept.push_back(p);
     }
     *profiles = kept;
   }
 
-  if (engine == "tracer") {
+  {
     // Every stored config (not only the representatives), with the structure
     // its features name.
     capture::TracerCaptureOptions t;
@@ -187,44 +181,7 @@ int main(int argc, char** argv) {
       std::printf("  %3s pairs %s/%s (e.g. %s): %s\n", r[2].c_str(), r[0].c_str(), r[1].c_str(), r[3].c_str(),
                   r[4].c_str());
     }
-    auto cases = (*reg)->Query("SELECT COUNT(*), COUNT(DISTINCT op) FROM op_cases");
-    std::printf("distinct op cases: %s of %s ops\n", cases->rows[0][0].c_str(), cases->rows[0][1].c_str());
-    return 0;
   }
-
-  stages::SelectionCaptureOptions options;
-  options.profiles = *profiles;
-  options.max_layers = max_layers;
-  options.max_bytes = max_gb * 1e9;
-  options.progress = false;
-  const auto start = std::chrono::steady_clock::now();
-  int64_t built = 0, not_built = 0, failed = 0, meta = 0;
-  std::printf("%8s %8s %10s %10s\n", "models", "seconds", "pairs", "cases");
-  for (size_t done = 0; done < ids.size();) {
-    const size_t next = std::min(ids.size(), done + static_cast<size_t>(batch));
-    options.only_models.assign(ids.begin() + static_cast<std::ptrdiff_t>(done),
-                               ids.begin() + static_cast<std::ptrdiff_t>(next));
-    auto s = stages::RunSelectionCapture(**reg, options);
-    if (!s) {
-      std::fprintf(stderr, "%s\n", s.error().ToString().c_str());
-      return 2;
-    }
-    built += s->pairs_built;
-    not_built += s->pairs_not_built;
-    failed += s->pairs_failed;
-    meta += s->pairs_meta;
-    done = next;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("%8zu %8.1f %10lld %10lld\n", done, secs, static_cast<long long>(built),
-                static_cast<long long>(s->cases_total));
-  }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  auto models_built = (*reg)->Query("SELECT COUNT(DISTINCT model_id) FROM builds WHERE status = 'built'");
-  std::printf("built %s models in %lld (model, profile) pairs (%lld on meta tensors; %lld not built, %lld failed) "
-              "in %.1f s: %.1f models/min, %.1f pairs/min\n",
-              models_built->rows[0][0].c_str(), static_cast<long long>(built), static_cast<long long>(meta),
-              static_cast<long long>(not_built), static_cast<long long>(failed), secs, 60.0 * std::stod(models_built->rows[0][0]) / secs,
-              60.0 * static_cast<double>(built) / secs);
   auto by_op = (*reg)->Query("SELECT op, COUNT(*) AS cases FROM op_cases GROUP BY op ORDER BY cases DESC LIMIT 15");
   std::printf("distinct cases by op (top 15):\n");
   for (const auto& row : by_op->rows) std::printf("  %-28s %s\n", row[0].c_str(), row[1].c_str());
@@ -240,10 +197,7 @@ int main(int argc, char** argv) {
       "SELECT profile, COUNT(DISTINCT case_id) AS cases FROM case_sources GROUP BY profile ORDER BY cases DESC");
   std::printf("distinct cases by profile:\n");
   for (const auto& row : by_profile->rows) std::printf("  %-16s %8s\n", row[0].c_str(), row[1].c_str());
-  auto ops = (*reg)->Query("SELECT COUNT(DISTINCT op) FROM op_cases");
-  std::printf("distinct ops: %s\n", ops->rows[0][0].c_str());
-  auto reasons = (*reg)->Query("SELECT reason, models FROM v_build_failures LIMIT 8");
-  std::printf("not built, most common reasons:\n");
-  for (const auto& row : reasons->rows) std::printf("  %4s models: %s\n", row[1].c_str(), row[0].c_str());
+  auto cases = (*reg)->Query("SELECT COUNT(*), COUNT(DISTINCT op) FROM op_cases");
+  std::printf("distinct op cases: %s of %s ops\n", cases->rows[0][0].c_str(), cases->rows[0][1].c_str());
   return 0;
 }

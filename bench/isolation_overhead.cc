@@ -28,10 +28,10 @@
 #include <nlohmann/json.hpp>
 
 #include "registry/registry.h"
-#include "runners/backends.h"
-#include "runners/isolation.h"
-#include "runners/plugin_backend.h"
-#include "runners/replay.h"
+#include "backends/backends.h"
+#include "isolation/isolation.h"
+#include "backends/plugin_backend.h"
+#include "replay/replay.h"
 #include "stages/unit_stage.h"
 #include "tests/support/case_builder.h"
 

@@ -30,10 +30,10 @@
 
 #include "capture/trace_reader.h"
 #include "core/json_capped.h"
-#include "runners/backend.h"
-#include "runners/backends.h"
-#include "runners/host.h"
-#include "runners/program_replay.h"
+#include "backends/backend.h"
+#include "backends/backends.h"
+#include "backends/host.h"
+#include "replay/program_replay.h"
 #include "tests/support/temp_dir.h"
 
 namespace {

@@ -10,9 +10,9 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/InferenceMode.h>
 
-#include "runners/backends.h"
-#include "runners/host.h"
-#include "runners/replay.h"
+#include "backends/backends.h"
+#include "backends/host.h"
+#include "replay/replay.h"
 
 namespace {
 

@@ -20,9 +20,9 @@
 #include <fmt/format.h>
 
 #include "registry/registry.h"
-#include "runners/backends.h"
-#include "runners/host.h"
-#include "runners/replay.h"
+#include "backends/backends.h"
+#include "backends/host.h"
+#include "replay/replay.h"
 #include "stages/unit_stage.h"
 
 using namespace coverage;
@@ -171,7 +171,9 @@ int main(int argc, char** argv) {
   }
   runners::ReplayExecutor executor(*backends.Create("cpu"), options);
   TimingExecutor timing(&executor);
-  stages::UnitStageOptions stage_options{.run_id = "bench", .progress = false};
+  stages::UnitStageOptions stage_options;
+  stage_options.run_id = "bench";
+  stage_options.progress = false;
   const auto t0 = std::chrono::steady_clock::now();
   stage_options.filter = filter;
   auto summary = stages::RunUnitStage(**copy, timing, stage_options);

@@ -32,7 +32,7 @@ struct CaseTiming {
 struct CaseResult {
   Outcome outcome = Outcome::kPass;
   std::string error;  // error text, skip reason, or first mismatch description
-  // Metrics over all tensor outputs; see Note [Tolerances] in runners/compare.cc.
+  // Metrics over all tensor outputs; see Note [Tolerances] in replay/compare.cc.
   std::optional<double> max_abs_err;    // max |backend - reference|
   std::optional<double> max_rel_err;    // max |backend - reference| / |reference|
   std::optional<double> mismatch_frac;  // share of elements outside tolerance
@@ -48,7 +48,7 @@ struct CaseResult {
   std::map<std::string, int64_t> counters;
   CaseTiming timing;
   std::string detail_json;  // per-output details; free-form JSON object
-  // Reruns (runners/isolation.h): the outcome above is the first attempt's.
+  // Reruns (isolation/isolation.h): the outcome above is the first attempt's.
   int attempts = 1;
   bool flaky = false;                    // the attempts' outcomes disagree
   std::vector<Outcome> attempt_outcomes;  // one per attempt when rerun; empty for one attempt

@@ -40,7 +40,7 @@ bool IsIntegralDType(DType dtype);  // integers, excluding bool
 int64_t DTypeSize(DType dtype);     // bytes per element
 
 // Where a replayed tensor's values must lie. Derived at capture time from the
-// values the model really passed (see runners/capture.cc), coarsened so that
+// values the model really passed (domain_of in capture/tracer/coverage_tracer/encode.py), coarsened so that
 // calls that differ only in their data merge into one case.
 struct ValueDomain {
   enum class Kind {

@@ -2,7 +2,7 @@
 // capture tracer): the signals the parent handles or ignores back at their
 // default dispositions, an empty signal mask, and a process group of its
 // own, so a terminal's Ctrl-C reaches only the parent, which then ends its
-// children (Note [Worker processes] in runners/worker.cc).
+// children (Note [Worker processes] in isolation/worker.cc).
 #pragma once
 
 #include <spawn.h>

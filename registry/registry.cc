@@ -389,56 +389,6 @@ Result<std::vector<SelectedModel>> Registry::SelectionModels(int64_t selection_i
   }
 }
 
-Result<std::optional<BuildRecord>> Registry::GetBuild(const std::string& model_id, const std::string& profile) {
-  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "SELECT builder_version, status, COALESCE(reason, ''), COALESCE(family, ''), COALESCE(layers_built, 0), "
-      "COALESCE(layers_total, 0), COALESCE(estimated_bytes, 0), COALESCE(notes_json, '[]'), COALESCE(calls, 0), "
-      "COALESCE(cases, 0), COALESCE(seconds, 0) FROM builds WHERE model_id = ?1 AND profile = ?2"));
-  stmt.Bind(1, model_id).Bind(2, profile);
-  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
-  if (!row) return std::optional<BuildRecord>();
-  BuildRecord b;
-  b.model_id = model_id;
-  b.profile = profile;
-  b.builder_version = static_cast<int>(stmt.Int(0));
-  b.status = stmt.Text(1);
-  b.reason = stmt.Text(2);
-  b.family = stmt.Text(3);
-  b.layers_built = stmt.Int(4);
-  b.layers_total = stmt.Int(5);
-  b.estimated_bytes = stmt.Double(6);
-  b.notes_json = stmt.Text(7);
-  b.calls = stmt.Int(8);
-  b.cases = stmt.Int(9);
-  b.seconds = stmt.Double(10);
-  return std::optional<BuildRecord>(b);
-}
-
-Status Registry::RecordBuild(const BuildRecord& b) {
-  if (b.status != "built" && b.status != "not_built" && b.status != "failed") {
-    return Status::Internal("unknown build status '" + b.status + "'");
-  }
-  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "INSERT INTO builds (model_id, profile, builder_version, status, reason, family, layers_built, layers_total, "
-      "estimated_bytes, notes_json, calls, cases, seconds, estimated_flops) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
-      "?10, ?11, ?12, ?13, ?14) ON CONFLICT(model_id, profile) DO UPDATE SET builder_version = excluded.builder_version, "
-      "status = excluded.status, reason = excluded.reason, family = excluded.family, "
-      "layers_built = excluded.layers_built, layers_total = excluded.layers_total, "
-      "estimated_bytes = excluded.estimated_bytes, notes_json = excluded.notes_json, calls = excluded.calls, "
-      "cases = excluded.cases, seconds = excluded.seconds, estimated_flops = excluded.estimated_flops, "
-      "built_at = strftime('%Y-%m-%dT%H:%M:%SZ','now')"));
-  stmt.Bind(1, b.model_id).Bind(2, b.profile).Bind(3, b.builder_version).Bind(4, b.status).Bind(5, b.reason)
-      .Bind(6, b.family).Bind(7, b.layers_built).Bind(8, b.layers_total).Bind(9, b.estimated_bytes)
-      .Bind(10, b.notes_json).Bind(11, b.calls).Bind(12, b.cases).Bind(13, b.seconds).Bind(14, b.estimated_flops);
-  return stmt.Run();
-}
-
-Status Registry::DeleteBuild(const std::string& model_id, const std::string& profile) {
-  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("DELETE FROM builds WHERE model_id = ?1 AND profile = ?2"));
-  stmt.Bind(1, model_id).Bind(2, profile);
-  return stmt.Run();
-}
-
 Result<int64_t> Registry::PruneOrphanCases() {
   COV_RETURN_IF_ERROR(db_->Exec(
       "DELETE FROM op_cases WHERE NOT EXISTS (SELECT 1 FROM case_sources s WHERE s.case_id = op_cases.case_id) "
@@ -556,23 +506,6 @@ Result<int64_t> Registry::CountCases() {
   COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
   (void)row;
   return stmt.Int(0);
-}
-
-Result<bool> Registry::HasCapture(const std::string& model_id, const std::string& profile, int builder_version) {
-  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "SELECT 1 FROM captures WHERE model_id = ?1 AND profile = ?2 AND builder_version = ?3"));
-  stmt.Bind(1, model_id).Bind(2, profile).Bind(3, builder_version);
-  return stmt.Step();
-}
-
-Status Registry::RecordCapture(const std::string& model_id, const std::string& profile, int builder_version,
-                               int64_t calls, int64_t cases) {
-  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "INSERT INTO captures(model_id, profile, builder_version, calls, cases) VALUES (?1, ?2, ?3, ?4, ?5) "
-      "ON CONFLICT(model_id, profile) DO UPDATE SET builder_version = excluded.builder_version, "
-      "calls = excluded.calls, cases = excluded.cases, captured_at = strftime('%Y-%m-%dT%H:%M:%SZ','now')"));
-  stmt.Bind(1, model_id).Bind(2, profile).Bind(3, builder_version).Bind(4, calls).Bind(5, cases);
-  return stmt.Run();
 }
 
 namespace {

@@ -171,22 +171,6 @@ struct MemberRecord {
   double distance = 0;
 };
 
-// What the model builder did with one (model, profile).
-struct BuildRecord {
-  std::string model_id;
-  std::string profile;
-  int builder_version = 0;
-  std::string status;  // built, not_built, failed
-  std::string reason;
-  std::string family;
-  int64_t layers_built = 0, layers_total = 0;
-  double estimated_bytes = 0;
-  double estimated_flops = 0;
-  std::string notes_json = "[]";
-  int64_t calls = 0, cases = 0;
-  double seconds = 0;
-};
-
 // What the capture tracer did with one (model, profile) (table programs).
 struct ProgramRecord {
   int64_t program_id = 0;  // filled when stored or read
@@ -327,9 +311,6 @@ class Registry {
   // The representatives of selection `selection_id` (0: the newest) in rank
   // order. NotFound when there is no such selection.
   Result<std::vector<SelectedModel>> SelectionModels(int64_t selection_id, int64_t* resolved_id = nullptr);
-  Result<std::optional<BuildRecord>> GetBuild(const std::string& model_id, const std::string& profile);
-  Status RecordBuild(const BuildRecord& build);
-  Status DeleteBuild(const std::string& model_id, const std::string& profile);
 
   // Replaces the results of (run, model, stage), under any profile, with
   // `items` under `profile`, in one transaction: a stage of a model is
@@ -341,12 +322,6 @@ class Registry {
   Result<std::vector<StoredCase>> FindCases(const CaseFilter& filter);
   Result<std::optional<StoredCase>> GetCaseByKey(const std::string& key);
   Result<int64_t> CountCases();
-
-  // Capture bookkeeping: true when (model, profile) was captured by
-  // `builder_version`.
-  Result<bool> HasCapture(const std::string& model_id, const std::string& profile, int builder_version);
-  Status RecordCapture(const std::string& model_id, const std::string& profile, int builder_version, int64_t calls,
-                       int64_t cases);
 
   // Programs (registry/programs.cc). StoreProgram replaces what was stored
   // for (record.model_id, record.profile) in one transaction: the model row

@@ -455,6 +455,16 @@ CREATE VIEW v_case_calls AS
   FROM program_calls pc JOIN programs p ON p.program_id = pc.program_id JOIN op_cases c ON c.case_id = pc.case_id;
 )sql";
 
+// Version 8: the config-driven model builder retired with the model families
+// (the model stages replay captured programs): its bookkeeping goes. The
+// op cases it captured stay, with their provenance in case_sources.
+constexpr std::string_view kV8 = R"sql(
+DROP VIEW IF EXISTS v_build_coverage;
+DROP VIEW IF EXISTS v_build_failures;
+DROP TABLE IF EXISTS builds;
+DROP TABLE IF EXISTS captures;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -466,6 +476,7 @@ const std::vector<Migration>& Migrations() {
       {5, "results of the module, model and train stages", kV5},
       {6, "attempts, flakiness, counters; cases in flight; shards of a run", kV6},
       {7, "programs captured from the real models: values, calls, provenance by call", kV7},
+      {8, "the retired model builder's builds and captures dropped", kV8},
   };
   return kMigrations;
 }

@@ -579,7 +579,7 @@ void Builder::Finish() {
   // Rows are model types (models.model_type: "llama", "bert"), as for unit
   // cases through their source models, so that one model lands in one row
   // across all stages; a model without a known type falls back to its
-  // builder family.
+  // structure.
   std::map<std::string, std::string> model_types;
   {
     std::vector<std::string> ids;
@@ -592,7 +592,7 @@ void Builder::Finish() {
         params.push_back(ids[i]);
       }
       auto rows = registry_.Query(sql + ")", params);
-      if (!rows) break;  // the matrix then uses builder families
+      if (!rows) break;  // the matrix then uses structures
       for (const auto& row : rows->rows) {
         if (!row[1].empty()) model_types[row[0]] = row[1];
       }

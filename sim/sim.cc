@@ -7,7 +7,7 @@
 // simulates and how it is configured.
 //
 // It links libtorch only; the project loads it like any other plugin
-// (runners/plugin_backend.h) and talks to it through runners/plugin_abi.h.
+// (backends/plugin_backend.h) and talks to it through backends/plugin_abi.h.
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -34,7 +34,7 @@
 #include <torch/library.h>
 #include <torch/version.h>
 
-#include "runners/plugin_abi.h"
+#include "backends/plugin_abi.h"
 #include "sim/sim_config.h"
 
 // The name the device registers (c10::register_privateuse1_backend): tensors
@@ -773,7 +773,7 @@ class HostCall {
 // kernel runs on the host, it gets a CPU generator with that state, and the
 // state it leaves is copied back, so a seeded sequence of random ops on sim
 // is reproducible and independent of the CPU's. Random results are compared
-// by shape and dtype only (runners/replay.cc), so the streams need not equal
+// by shape and dtype only (replay/replay.cc), so the streams need not equal
 // the CPU reference's.
 bool IsGeneratorArgument(const c10::Argument& a) {
   const c10::TypePtr& t = a.type();
@@ -951,7 +951,7 @@ const bool kStructuredOpsTaken = [] {
 }  // namespace coverage::sim
 
 // ---------------------------------------------------------------------------
-// The plugin ABI (runners/plugin_abi.h).
+// The plugin ABI (backends/plugin_abi.h).
 
 #define SIM_EXPORT extern "C" __attribute__((visibility("default")))
 

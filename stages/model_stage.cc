@@ -15,7 +15,6 @@
 #include "core/progress.h"
 #include "registry/registry.h"
 #include "selection/features.h"
-#include "stages/unit_stage.h"
 
 namespace coverage::stages {
 namespace {
@@ -34,13 +33,13 @@ bool Matches(const std::vector<std::string>& globs, const std::string& id) {
   return false;
 }
 
-bool Applies(const runners::CaptureProfile& p, const std::string& structure) {
+bool Applies(const capture::CaptureProfile& p, const std::string& structure) {
   return std::find(p.families.begin(), p.families.end(), structure) != p.families.end();
 }
 
 // Module and model: the named profile, else the first inference profile
 // without a KV cache; train: the first training profile, else the same.
-const runners::CaptureProfile* ChooseProfile(const ModelStageOptions& o, const std::string& stage,
+const capture::CaptureProfile* ChooseProfile(const ModelStageOptions& o, const std::string& stage,
                                              const std::string& structure, std::string* why) {
   if (!o.profile.empty()) {
     for (const auto& p : o.profiles) {
@@ -114,18 +113,6 @@ registry::ModelResultRecord ToRecord(const runners::ModelCheckItem& item, const 
   return r;
 }
 
-Status CheckSameChecks(const registry::RunRecord& stored, const ModelStageOptions& options) {
-  auto checks_of = [](const std::string& text) {
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    return j.is_object() && j.contains("checks") ? j["checks"] : nlohmann::json();
-  };
-  const nlohmann::json before = checks_of(stored.config_json), now = checks_of(options.config_json);
-  if (before == now) return Status::Ok();
-  return Status::InvalidArgument("run '" + stored.run_id + "' was started with check options " + before.dump() +
-                                 "; resuming it with " + now.dump() +
-                                 " would mix results judged differently (pass the same options or a new --run id)");
-}
-
 }  // namespace
 
 bool ModelStageSummary::Failed() const {
@@ -160,46 +147,27 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
   for (const auto& s : stages) label += (label.empty() ? "" : ",") + s;
 
   ModelStageSummary summary;
-  summary.run_id = options.run_id.empty() ? NewRunId(options.backend, stages.size() == 1 ? stages[0] : "models")
-                                          : options.run_id;
   int64_t selection_id = 0;
   COV_ASSIGN_OR_RETURN(auto models, registry.SelectionModels(options.selection_id, &selection_id));
   std::vector<registry::SelectedModel> chosen;
   for (auto& m : models) {
-    if (!Matches(options.models, m.model_id)) continue;
-    if (!options.shard.Contains(m.model_id)) {
-      ++summary.outside_shard;
-      continue;
-    }
-    chosen.push_back(std::move(m));
+    if (Matches(options.models, m.model_id)) chosen.push_back(std::move(m));
   }
-  if (chosen.empty() && summary.outside_shard == 0) {
+  if (chosen.empty()) {
     return Status::NotFound(fmt::format("no representative of selection {} matches the --model patterns", selection_id));
   }
 
-  registry::RunRecord run;
-  run.run_id = summary.run_id;
-  run.stage = label;
-  run.backend = options.backend;
-  run.started_at = NowIso8601();
-  run.libtorch_version = options.libtorch_version;
-  run.host = options.host;
-  run.git_revision = options.git_revision;
-  run.config_json = options.config_json;
-  COV_ASSIGN_OR_RETURN(auto stored_run, registry.CreateOrResumeRun(run, &summary.resumed));
-  if (summary.resumed) COV_RETURN_IF_ERROR(CheckSameChecks(stored_run, options));
-  {
-    COV_ASSIGN_OR_RETURN(auto in_flight, registry.InFlight(summary.run_id));
-    for (const auto& m : chosen) {
-      for (const auto& s : stages) {
-        summary.was_in_flight +=
-            std::count(in_flight.begin(), in_flight.end(), "model:" + m.model_id + ":" + s);
-      }
-    }
-  }
-  if (options.shard.active()) {
-    COV_RETURN_IF_ERROR(registry.StartShard(summary.run_id, options.shard.index, options.shard.count, options.host,
-                                            NowIso8601()));
+  COV_ASSIGN_OR_RETURN(StageRun run, StageRun::Open(registry, label, stages.size() == 1 ? stages[0] : "models",
+                                                    "checks", options));
+  summary.run_id = run.id();
+  summary.resumed = run.resumed();
+  std::erase_if(chosen, [&](const registry::SelectedModel& m) {
+    const bool other = !run.Owns(m.model_id);
+    summary.outside_shard += other;
+    return other;
+  });
+  for (const auto& m : chosen) {
+    for (const auto& s : stages) summary.was_in_flight += run.WasInFlight("model:" + m.model_id + ":" + s);
   }
 
   // What earlier invocations of this run stored: (model, stage) -> rows.
@@ -225,7 +193,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
     // The module and model stages share a profile: its program is read once per model.
     std::map<std::string, Program> programs;  // profile -> program
     for (const std::string& stage : stages) {
-      if (options.stop && options.stop->load()) {
+      if (run.StopRequested()) {
         summary.interrupted = true;
         break;
       }
@@ -249,7 +217,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
       }
       const std::string& family = features->structure;
       std::string why;
-      const runners::CaptureProfile* profile = ChooseProfile(options, stage, features->structure, &why);
+      const capture::CaptureProfile* profile = ChooseProfile(options, stage, features->structure, &why);
       if (!profile) {
         rows.push_back(Skipped(why, family));
         COV_RETURN_IF_ERROR(record());
@@ -321,8 +289,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
         continue;
       }
       progress.Update(static_cast<int64_t>(i), fmt::format("{} failing | {} {}", failing, stage, model.model_id));
-      COV_RETURN_IF_ERROR(registry.MarkInFlight(summary.run_id, "model:" + model.model_id + ":" + stage,
-                                                options.host, getpid()));
+      COV_RETURN_IF_ERROR(run.Begin("model:" + model.model_id + ":" + stage));
       std::vector<runners::ModelCheckItem> items = runner.Run(stage, model.model_id, profile->name, program);
       COV_RETURN_IF_ERROR(runner.HarnessStatus());
       for (const auto& item : items) {
@@ -362,12 +329,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
       }
     }
   }
-  if (!summary.interrupted) {
-    COV_RETURN_IF_ERROR(options.shard.active()
-                            ? registry.FinishShard(summary.run_id, options.shard.index, options.shard.count,
-                                                   NowIso8601())
-                            : registry.FinishRun(summary.run_id, NowIso8601()));
-  }
+  COV_RETURN_IF_ERROR(run.Finish(summary.interrupted));
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

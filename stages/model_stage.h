@@ -1,6 +1,6 @@
 // The model-level stages: module, model and train, run over the
 // representatives of a selection on a backend by replaying the programs
-// `coverage capture` recorded (runners/program_replay.h), in that order for
+// `coverage capture` recorded (replay/program_replay.h), in that order for
 // each model, with their results in the registry's model_results.
 //
 // One profile per stage, chosen by the model's structure:
@@ -23,18 +23,17 @@
 // retried); each triple is stored in one transaction.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "capture/profiles.h"
 #include "core/outcome.h"
 #include "core/result.h"
-#include "runners/blocks.h"
-#include "runners/program_replay.h"
-#include "stages/shard.h"
+#include "replay/program_replay.h"
+#include "stages/stage_run.h"
 
 namespace coverage::registry {
 class Registry;
@@ -47,26 +46,19 @@ namespace coverage::stages {
 
 inline constexpr const char* kModelStages[] = {"module", "model", "train"};
 
-struct ModelStageOptions {
-  std::string run_id;                 // empty: a new id
+// The run itself (id, backend, config_json, shard, stop) is StageRunOptions';
+// config_json's "checks" member must match on resume. A shard runs whole
+// models (all stages of a model stay together).
+struct ModelStageOptions : StageRunOptions {
   std::vector<std::string> stages;    // a subset of kModelStages; run in that order
-  std::string backend = "cpu";
-  std::string backend_version;
-  std::string libtorch_version;
-  std::string host;
-  std::string git_revision;
-  std::string config_json;            // stored with the run; its "checks" member must match on resume
   int64_t selection_id = 0;           // 0: the latest selection
   std::vector<std::string> models;    // glob patterns over model ids; empty: all representatives
-  std::vector<runners::CaptureProfile> profiles;
+  std::vector<capture::CaptureProfile> profiles;
   std::string profile;                // force this profile for module and model (and train)
   double max_bytes = 8e9;
   std::optional<double> max_model_flops;  // per model and stage
   bool gate = false;
   runners::ModelCheckOptions checks;
-  Shard shard;                        // run only this shard's models (all stages of a model stay together)
-  bool progress = true;
-  const std::atomic<bool>* stop = nullptr;
 };
 
 struct ModelStageSummary {
@@ -92,7 +84,7 @@ struct ModelStageSummary {
 };
 
 // Runs each (model, stage) through `runner` (in-process or in a worker,
-// runners/isolation.h). Each is marked in flight before it is sent and
+// isolation/isolation.h). Each is marked in flight before it is sent and
 // the mark is cleared with its results, in one transaction.
 Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::ProgramStageRunner& runner,
                                          const ModelStageOptions& options);

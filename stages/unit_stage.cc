@@ -1,11 +1,6 @@
 #include "stages/unit_stage.h"
 
-#include <unistd.h>
-
 #include <chrono>
-#include <cctype>
-#include <ctime>
-#include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -13,19 +8,10 @@
 
 #include "core/progress.h"
 #include "registry/registry.h"
-#include "runners/replay.h"
+#include "replay/replay.h"
 
 namespace coverage::stages {
 namespace {
-
-std::string FormatTime(const char* format) {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof(buf), format, &tm);
-  return buf;
-}
 
 registry::ResultRecord ToRecord(const std::string& run_id, int64_t case_id, const CaseResult& r) {
   registry::ResultRecord rec;
@@ -54,20 +40,6 @@ registry::ResultRecord ToRecord(const std::string& run_id, int64_t case_id, cons
   return rec;
 }
 
-// Results of one run must come from one way of judging them: resuming with
-// other replay options (golden mode, seed, tolerances, ...) is refused.
-Status CheckSameReplayConfig(const registry::RunRecord& stored, const UnitStageOptions& options) {
-  auto replay_of = [](const std::string& text) {
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    return j.is_object() && j.contains("replay") ? j["replay"] : nlohmann::json();
-  };
-  const nlohmann::json before = replay_of(stored.config_json), now = replay_of(options.config_json);
-  if (before == now) return Status::Ok();
-  return Status::InvalidArgument("run '" + stored.run_id + "' was started with replay options " + before.dump() +
-                                 "; resuming it with " + now.dump() +
-                                 " would mix results judged differently (pass the same options or a new --run id)");
-}
-
 }  // namespace
 
 int64_t OpOutcomeCounts::Total() const {
@@ -83,22 +55,10 @@ bool UnitStageSummary::Failed() const {
   return false;
 }
 
-std::string NowIso8601() { return FormatTime("%Y-%m-%dT%H:%M:%SZ"); }
-
-std::string NewRunId(const std::string& backend, const std::string& stage) {
-  std::string safe;
-  for (char c : backend) safe.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-  // Milliseconds and the process id keep two runs started in one second apart.
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch()).count() % 1000;
-  return FormatTime("%Y%m%dT%H%M%S") + fmt::format("{:03d}Z-{}-{}-{}", ms, safe, stage, getpid());
-}
-
 Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::CaseExecutor& executor,
                                       const UnitStageOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   UnitStageSummary summary;
-  summary.run_id = options.run_id.empty() ? NewRunId(options.backend, "unit") : options.run_id;
 
   COV_ASSIGN_OR_RETURN(auto cases, registry.FindCases(options.filter));
   if (cases.empty()) {
@@ -106,37 +66,22 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
                             "filters shows what there is");
   }
 
-  registry::RunRecord run;
-  run.run_id = summary.run_id;
-  run.stage = "unit";
-  run.backend = options.backend;
-  run.started_at = NowIso8601();
-  run.libtorch_version = options.libtorch_version;
-  run.host = options.host;
-  run.git_revision = options.git_revision;
-  run.config_json = options.config_json;
-  COV_ASSIGN_OR_RETURN(auto stored_run, registry.CreateOrResumeRun(run, &summary.resumed));
-  if (summary.resumed) COV_RETURN_IF_ERROR(CheckSameReplayConfig(stored_run, options));
-
+  COV_ASSIGN_OR_RETURN(StageRun run, StageRun::Open(registry, "unit", "unit", "replay", options));
+  summary.run_id = run.id();
+  summary.resumed = run.resumed();
   COV_ASSIGN_OR_RETURN(auto finished, registry.FinishedCaseIds(summary.run_id));
-  COV_ASSIGN_OR_RETURN(auto in_flight_items, registry.InFlight(summary.run_id));
-  const std::set<std::string> in_flight(in_flight_items.begin(), in_flight_items.end());
-  if (options.shard.active()) {
-    COV_RETURN_IF_ERROR(registry.StartShard(summary.run_id, options.shard.index, options.shard.count, options.host,
-                                            NowIso8601()));
-    std::erase_if(cases, [&](const registry::StoredCase& c) {
-      const bool other = !options.shard.Contains(c.key);
-      summary.outside_shard += other;
-      return other;
-    });
-  }
+  std::erase_if(cases, [&](const registry::StoredCase& c) {
+    const bool other = !run.Owns(c.key);
+    summary.outside_shard += other;
+    return other;
+  });
   summary.planned = static_cast<int64_t>(cases.size());
 
   std::vector<const registry::StoredCase*> todo;
   for (const auto& c : cases) {
     // Marks of cases outside this invocation's filter or shard stay for the
     // invocation that runs them.
-    summary.was_in_flight += in_flight.count("case:" + std::to_string(c.case_id));
+    summary.was_in_flight += run.WasInFlight("case:" + std::to_string(c.case_id));
     if (finished.count(c.case_id)) {
       ++summary.already_done;
     } else {
@@ -148,7 +93,7 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
                     options.progress);
   int64_t failures = 0;
   for (size_t i = 0; i < todo.size(); ++i) {
-    if (options.stop && options.stop->load()) {
+    if (run.StopRequested()) {
       summary.interrupted = true;
       break;
     }
@@ -160,8 +105,7 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
                                  *options.max_case_flops);
       ++summary.skipped_by_cost;
     } else {
-      COV_RETURN_IF_ERROR(registry.MarkInFlight(summary.run_id, "case:" + std::to_string(c.case_id), options.host,
-                                                getpid()));
+      COV_RETURN_IF_ERROR(run.Begin("case:" + std::to_string(c.case_id)));
       result = executor.Run(c.op_case);
       COV_RETURN_IF_ERROR(executor.HarnessStatus());
       ++summary.executed;
@@ -186,14 +130,7 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::Cas
     summary.flaky += r.flaky;
     summary.rerun += r.attempts > 1;
   }
-  if (!summary.interrupted) {
-    // A shard finishes its part; the run is finished when `coverage merge`
-    // has every shard (Registry::MergeFrom).
-    COV_RETURN_IF_ERROR(options.shard.active()
-                            ? registry.FinishShard(summary.run_id, options.shard.index, options.shard.count,
-                                                   NowIso8601())
-                            : registry.FinishRun(summary.run_id, NowIso8601()));
-  }
+  COV_RETURN_IF_ERROR(run.Finish(summary.interrupted));
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

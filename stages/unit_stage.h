@@ -26,7 +26,7 @@
 #include "core/outcome.h"
 #include "core/result.h"
 #include "registry/case_query.h"
-#include "stages/shard.h"
+#include "stages/stage_run.h"
 
 namespace coverage::registry {
 class Registry;
@@ -37,20 +37,11 @@ class CaseExecutor;
 
 namespace coverage::stages {
 
-struct UnitStageOptions {
-  std::string run_id;                   // empty: a new id from the time
-  std::string backend = "cpu";          // stored with the run
-  std::string backend_version;          // stored with the run
-  std::string libtorch_version;
-  std::string host;
-  std::string git_revision;
-  std::string config_json;              // effective options, stored with the run; its "replay"
-                                        // member (what changes results) must match on resume
+// The run itself (id, backend, config_json, shard, stop) is StageRunOptions';
+// config_json's "replay" member (what changes results) must match on resume.
+struct UnitStageOptions : StageRunOptions {
   registry::CaseFilter filter;          // which cases to plan
   std::optional<double> max_case_flops; // costlier cases are recorded as skipped
-  Shard shard;                          // run only this shard's cases (stages/shard.h)
-  bool progress = true;
-  const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT) to stop after the current case
 };
 
 struct OpOutcomeCounts {
@@ -83,10 +74,5 @@ struct UnitStageSummary {
 // are outcomes.
 Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::CaseExecutor& executor,
                                       const UnitStageOptions& options);
-
-// "20261130T014233512Z-cpu-unit-4242" style ids (UTC time to the
-// millisecond, backend, stage, process id).
-std::string NewRunId(const std::string& backend, const std::string& stage);
-std::string NowIso8601();
 
 }  // namespace coverage::stages

@@ -61,12 +61,8 @@ check "pairs not captured say why" \
   test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM programs WHERE status <> 'captured' AND COALESCE(reason, '') = ''")" -eq 0
 "$BIN" -q --registry "$DB" capture --selection --profile decode --max-layers 1 --max-gb 0.5 >"$TMP/cap2.out" 2>&1
 check "a second capture --selection traces nothing again" contains "$TMP/cap2.out" " 0 captured"
-# The model builder's capture, kept for the fidelity comparison.
-"$BIN" -q --registry "$DB" capture --selection --engine builder --profile decode --max-layers 1 --max-gb 0.5 \
-  >"$TMP/cap3.out" 2>&1
-check "capture --engine builder still captures a selection" contains "$TMP/cap3.out" "pairs built"
-check "every representative has a build row" \
-  test "$(sqlite3 "$DB" "SELECT COUNT(DISTINCT model_id) FROM builds")" -eq 25
+"$BIN" -q --registry "$DB" capture --selection --engine builder >"$TMP/cap3.out" 2>&1
+check "the retired --engine is refused" test $? -eq 2
 "$BIN" -q --registry "$DB" capture --selection --selection-id 99 >"$TMP/e0.out" 2>&1
 check "capture of a missing selection is refused" test $? -eq 2
 check "capture names the missing selection" contains "$TMP/e0.out" "no selection 99"

@@ -9,9 +9,9 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <gtest/gtest.h>
 
-#include "runners/backend.h"
-#include "runners/plugin_backend.h"
-#include "runners/replay.h"
+#include "backends/backend.h"
+#include "backends/plugin_backend.h"
+#include "replay/replay.h"
 #include "tests/support/case_builder.h"
 
 namespace coverage::runners {

@@ -174,6 +174,39 @@ TEST(Registry, VersionOneDatabasesMigrateKeepingTheirData) {
   EXPECT_EQ(q->rows[0][1], "");
 }
 
+// A version-7 registry with the retired builder's bookkeeping: v8 drops its
+// tables and views and keeps the op cases the builder captured, with their
+// provenance.
+TEST(Registry, TheRetiredBuildersTablesAreDroppedAndCapturedCasesKept) {
+  TempDir dir;
+  {
+    auto db = Database::Open(dir.File("r.db"));
+    ASSERT_TRUE(db.has_value());
+    for (const auto& m : Migrations()) {
+      if (m.version > 7) break;
+      ASSERT_TRUE((*db)->Exec(std::string(m.sql)).ok()) << m.version;
+    }
+    ASSERT_TRUE((*db)->Exec("PRAGMA user_version = 7; INSERT INTO models(id, model_type) VALUES ('a/b', 'llama');"
+                            "INSERT INTO builds(model_id, profile, builder_version, status) VALUES ('a/b', 'prefill', 3, 'built');"
+                            "INSERT INTO captures(model_id, profile, builder_version, calls, cases) "
+                            "VALUES ('a/b', 'prefill', 3, 10, 2);"
+                            "INSERT INTO op_cases(case_id, key, op, overload, case_json, case_version, dtypes, summary) "
+                            "VALUES (1, 'k1', 'aten::mm', '', '{}', 1, ' f32 ', 'mm');"
+                            "INSERT INTO case_sources(case_id, model_id, module_path, call_site, profile, depth, "
+                            "call_count) VALUES (1, 'a/b', 'layers.0', '', 'prefill', 0, 1)")
+                    .ok());
+  }
+  auto r = OpenFresh(dir);
+  EXPECT_EQ(r->schema_version(), 8);
+  auto q = r->Query(
+      "SELECT name FROM sqlite_master WHERE name IN ('builds', 'captures', 'v_build_coverage', 'v_build_failures')");
+  ASSERT_TRUE(q.has_value());
+  EXPECT_TRUE(q->rows.empty()) << q->rows.size() << " of the builder's tables or views are left";
+  EXPECT_EQ(CountRows(*r, "op_cases"), 1);
+  EXPECT_EQ(CountRows(*r, "case_sources"), 1);
+  EXPECT_EQ(CountRows(*r, "models"), 1);
+}
+
 class RegistryQuery : public ::testing::Test {
  protected:
   void SetUp() override {

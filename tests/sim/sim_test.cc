@@ -1,5 +1,5 @@
 // The simulated PrivateUse1 device (sim/) loaded as a plugin
-// (runners/plugin_backend.h): ops on sim against CPU, the unit stage's
+// (backends/plugin_backend.h): ops on sim against CPU, the unit stage's
 // replay on it, numerics, faults, configuration, counters and the loader.
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -20,13 +21,12 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
-#include "runners/backend.h"
-#include "runners/backends.h"
-#include "runners/blocks.h"
-#include "runners/capture.h"
-#include "runners/plugin_backend.h"
-#include "runners/replay.h"
+#include "backends/backend.h"
+#include "backends/backends.h"
+#include "backends/plugin_backend.h"
+#include "replay/replay.h"
 #include "tests/support/case_builder.h"
+#include "tests/support/programs.h"
 #include "tests/support/temp_dir.h"
 
 namespace coverage::runners {
@@ -330,25 +330,17 @@ TEST_F(SimOps, ResizeKeepsTheValuesAndGrowsTheStorage) {
   EXPECT_TRUE(t.is_alias_of(s));
 }
 
-// The unit stage's replay over real op cases, captured from a small decoder
-// and a small ViT: with exact numerics every case passes on sim.
+// The unit stage's replay over real op cases: the distinct cases of a tiny
+// Llama's traced prefill and training step (forward, backward, AdamW). With
+// exact numerics every case passes on sim.
 std::vector<OpCase> RealCases() {
   std::vector<OpCase> cases;
-  BlockModel llama{.id = "test/tiny-llama", .family = "decoder"};
-  llama.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                  {"intermediate_size", 128}, {"vocab_size", 100}, {"model_type", "llama"}};
-  CaptureProfile prefill{.name = "prefill", .families = {"decoder"}, .batch = 1, .seq_len = 16};
-  CaptureProfile decode{.name = "decode", .families = {"decoder"}, .batch = 2, .seq_len = 1, .past_len = 7};
-  BlockModel vit{.id = "test/tiny-vit", .family = "vit"};
-  vit.config = {{"hidden_size", 64}, {"num_attention_heads", 4}, {"intermediate_size", 128}, {"image_size", 32},
-                {"patch_size", 8}, {"num_channels", 3}, {"model_type", "vit"}};
-  CaptureProfile image{.name = "image", .families = {"vit"}, .batch = 1};
-  for (const auto& [model, profile] : std::vector<std::pair<BlockModel, CaptureProfile>>{
-           {llama, prefill}, {llama, decode}, {vit, image}}) {
-    OpRecorder rec;
-    Status st = RunBlocks(model, profile, rec);
-    EXPECT_TRUE(st.ok()) << model.id << ": " << st.message();
-    for (auto& call : rec.TakeCalls()) cases.push_back(std::move(call.op_case));
+  std::set<std::string> keys;
+  for (const char* name : {"tiny_llama_prefill.jsonl", "tiny_llama_train.jsonl"}) {
+    const Program program = testing::LoadProgramFixture(name);
+    for (const ProgramCall& call : program.calls) {
+      if (call.op_case && keys.insert(call.op_case->Key()).second) cases.push_back(*call.op_case);
+    }
   }
   return cases;
 }

@@ -11,8 +11,8 @@
 
 #include "capture/trace_reader.h"
 #include "registry/registry.h"
-#include "runners/backend.h"
-#include "runners/backends.h"
+#include "backends/backend.h"
+#include "backends/backends.h"
 #include "stages/model_stage.h"
 #include "tests/support/fake_backend.h"
 #include "tests/support/real_models.h"
@@ -27,16 +27,16 @@ const std::vector<std::string> kModels = {
     "deepseek-ai/DeepSeek-V4-Flash",                          // not built by the tracer
 };
 
-std::vector<runners::CaptureProfile> Profiles() {
-  runners::CaptureProfile prefill;
+std::vector<capture::CaptureProfile> Profiles() {
+  capture::CaptureProfile prefill;
   prefill.name = "prefill";
   prefill.families = {"decoder"};
   prefill.seq_len = 16;
-  runners::CaptureProfile decode = prefill;  // has a KV cache: never chosen for these stages
+  capture::CaptureProfile decode = prefill;  // has a KV cache: never chosen for these stages
   decode.name = "decode";
   decode.seq_len = 1;
   decode.past_len = 15;
-  runners::CaptureProfile train = prefill;
+  capture::CaptureProfile train = prefill;
   train.name = "train";
   train.batch = 2;
   train.seq_len = 8;
@@ -230,7 +230,7 @@ TEST(ModelStage, StopResumesAndBadInputIsRefusedNamingIt) {
   other.config_json = R"({"checks": {"seed": 7}})";
   auto refused = RunModelStages(*fx.reg, *cpu, other);
   ASSERT_FALSE(refused.has_value());
-  EXPECT_NE(refused.error().message().find("check options"), std::string::npos);
+  EXPECT_NE(refused.error().message().find("started with checks options"), std::string::npos);
 }
 
 }  // namespace

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "registry/registry.h"
-#include "runners/backends.h"
-#include "runners/replay.h"
+#include "backends/backends.h"
+#include "replay/replay.h"
 #include "stages/unit_stage.h"
 #include "tests/support/case_builder.h"
 #include "tests/support/fake_backend.h"
@@ -60,7 +60,10 @@ TEST_F(UnitStage, ResumingWithTheSameRunIdSkipsFinishedCases) {
   CountingExecutor first;
   first.stop = &stop;
   first.stop_after = 4;
-  UnitStageOptions options{.run_id = "nightly-1", .progress = false, .stop = &stop};
+  UnitStageOptions options;
+  options.run_id = "nightly-1";
+  options.progress = false;
+  options.stop = &stop;
   auto s1 = RunUnitStage(*reg_, first, options);
   ASSERT_TRUE(s1.has_value()) << s1.error().ToString();
   EXPECT_TRUE(s1->interrupted);
@@ -92,7 +95,10 @@ TEST_F(UnitStage, ResumingWithTheSameRunIdSkipsFinishedCases) {
 
 TEST_F(UnitStage, CostCapRecordsSkippedCasesWithTheReason) {
   CountingExecutor exec;
-  UnitStageOptions options{.run_id = "capped", .max_case_flops = 100.0, .progress = false};
+  UnitStageOptions options;
+  options.run_id = "capped";
+  options.max_case_flops = 100.0;
+  options.progress = false;
   auto s = RunUnitStage(*reg_, exec, options);
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->skipped_by_cost, 3);  // mm with n = 4, 5, 6
@@ -105,7 +111,10 @@ TEST_F(UnitStage, CostCapRecordsSkippedCasesWithTheReason) {
 
 TEST_F(UnitStage, ResumeRetriesCasesSkippedByAnEarlierCostCap) {
   CountingExecutor first;
-  UnitStageOptions options{.run_id = "grow", .max_case_flops = 100.0, .progress = false};
+  UnitStageOptions options;
+  options.run_id = "grow";
+  options.max_case_flops = 100.0;
+  options.progress = false;
   ASSERT_TRUE(RunUnitStage(*reg_, first, options).has_value());
   EXPECT_EQ(first.runs, 7);
   CountingExecutor second;
@@ -119,7 +128,10 @@ TEST_F(UnitStage, ResumeRetriesCasesSkippedByAnEarlierCostCap) {
 
 TEST_F(UnitStage, ResumingWithOtherReplayOptionsIsRefused) {
   CountingExecutor exec;
-  UnitStageOptions options{.run_id = "judged", .config_json = R"({"replay":{"golden":"auto"}})", .progress = false};
+  UnitStageOptions options;
+  options.run_id = "judged";
+  options.config_json = R"({"replay":{"golden":"auto"}})";
+  options.progress = false;
   ASSERT_TRUE(RunUnitStage(*reg_, exec, options).has_value());
   options.config_json = R"({"replay":{"golden":"never"}})";
   auto s = RunUnitStage(*reg_, exec, options);
@@ -133,7 +145,10 @@ TEST_F(UnitStage, FaultyBackendFailsExactlyTheAffectedCases) {
   runners::ReplayOptions replay;
   replay.warm_iterations = 1;
   runners::ReplayExecutor exec(fake, replay);
-  UnitStageOptions options{.run_id = "faulty", .backend = "fake", .progress = false};
+  UnitStageOptions options;
+  options.run_id = "faulty";
+  options.backend = "fake";
+  options.progress = false;
   auto s = RunUnitStage(*reg_, exec, options);
   ASSERT_TRUE(s.has_value()) << s.error().ToString();
   EXPECT_TRUE(s->Failed());
@@ -151,7 +166,9 @@ TEST_F(UnitStage, FaultyBackendFailsExactlyTheAffectedCases) {
 
 TEST_F(UnitStage, OpFilterPlansOnlyMatchingCases) {
   CountingExecutor exec;
-  UnitStageOptions options{.run_id = "only-mul", .progress = false};
+  UnitStageOptions options;
+  options.run_id = "only-mul";
+  options.progress = false;
   options.filter.ops = {"mul"};
   auto s = RunUnitStage(*reg_, exec, options);
   ASSERT_TRUE(s.has_value());
@@ -161,7 +178,9 @@ TEST_F(UnitStage, OpFilterPlansOnlyMatchingCases) {
 
 TEST_F(UnitStage, AFilterMatchingNothingIsAnErrorAndCreatesNoRun) {
   CountingExecutor exec;
-  UnitStageOptions options{.run_id = "empty", .progress = false};
+  UnitStageOptions options;
+  options.run_id = "empty";
+  options.progress = false;
   options.filter.ops = {"no_such_op"};
   auto s = RunUnitStage(*reg_, exec, options);
   ASSERT_FALSE(s.has_value());
@@ -171,7 +190,10 @@ TEST_F(UnitStage, AFilterMatchingNothingIsAnErrorAndCreatesNoRun) {
 
 TEST_F(UnitStage, ReusingARunIdForAnotherBackendIsRefused) {
   CountingExecutor exec;
-  UnitStageOptions options{.run_id = "r", .backend = "cpu", .progress = false};
+  UnitStageOptions options;
+  options.run_id = "r";
+  options.backend = "cpu";
+  options.progress = false;
   ASSERT_TRUE(RunUnitStage(*reg_, exec, options).has_value());
   options.backend = "cuda";
   auto s = RunUnitStage(*reg_, exec, options);
@@ -184,7 +206,10 @@ TEST_F(UnitStage, ShardsRunDisjointCasesThatTogetherAreAllOfThem) {
   int64_t planned = 0;
   for (int i = 0; i < 3; ++i) {
     CountingExecutor exec;
-    UnitStageOptions options{.run_id = "sharded", .shard = {i, 3}, .progress = false};
+    UnitStageOptions options;
+    options.run_id = "sharded";
+    options.shard = Shard{i, 3};
+    options.progress = false;
     auto s = RunUnitStage(*reg_, exec, options);
     ASSERT_TRUE(s.has_value()) << s.error().ToString();
     EXPECT_EQ(s->planned + s->outside_shard, 10);
@@ -224,7 +249,9 @@ class InspectingExecutor final : public runners::CaseExecutor {
 TEST_F(UnitStage, EachCaseIsInFlightWhileItRunsAndClearedWithItsResult) {
   InspectingExecutor exec(*reg_);
   exec.run_id = "flight";
-  UnitStageOptions options{.run_id = "flight", .progress = false};
+  UnitStageOptions options;
+  options.run_id = "flight";
+  options.progress = false;
   ASSERT_TRUE(RunUnitStage(*reg_, exec, options).has_value());
   EXPECT_EQ(exec.in_flight_seen, std::vector<size_t>(10, 1));
   EXPECT_TRUE(reg_->InFlight("flight")->empty());
@@ -234,7 +261,9 @@ TEST_F(UnitStage, AHarnessFailureStopsTheRunWithoutStoringTheCaseAndAResumeRunsI
   InspectingExecutor exec(*reg_);
   exec.run_id = "harness";
   exec.fail_at = 3;
-  UnitStageOptions options{.run_id = "harness", .progress = false};
+  UnitStageOptions options;
+  options.run_id = "harness";
+  options.progress = false;
   auto s = RunUnitStage(*reg_, exec, options);
   ASSERT_FALSE(s.has_value());
   EXPECT_NE(s.error().message().find("worker cannot start"), std::string::npos);

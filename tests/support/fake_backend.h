@@ -10,7 +10,7 @@
 
 #include <ATen/ATen.h>
 
-#include "runners/backend.h"
+#include "backends/backend.h"
 
 namespace coverage::testing {
 

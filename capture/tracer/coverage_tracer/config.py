@@ -169,7 +169,7 @@ def prepare_config(config_dict: dict, max_layers: int, model_id: str):
     return load_config(full, model_id), layers
 
 
-# Model kinds are the model-builder structures of configs/capture_profiles.json.
+# Model kinds are the structures of selection/features.h, the families of configs/capture_profiles.json.
 _SSM = {"mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm"}
 _HYBRID = {"jamba", "zamba", "zamba2", "bamba", "falcon_h1", "granitemoehybrid", "nemotron_h", "lfm2",
            "qwen3_next", "recurrent_gemma", "minimax", "plamo2"}

@@ -1,9 +1,9 @@
 """How tensors, arguments and value domains are written in the JSON records.
 
 Everything here mirrors the C++ side: dtype names are core/op_case.h's
-DTypeName, enum integers are c10's, and domain_of is DomainOf in
-runners/capture.cc, so a call captured here and one captured by the C++
-observer describe the same op case identically.
+DTypeName, enum integers are c10's, and the domains are what
+core/op_case.h's ValueDomain holds and replay/materialize.cc draws from, so
+the C++ side reads every case back with the key the tracer gave it.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def _floor_pow2(v: int) -> int:
 
 
 def integer_low(mn: int) -> int:
-    """Coarsened inclusive lower bound, as IntegerLow in runners/capture.cc."""
+    """Coarsened inclusive lower bound of an integer domain."""
     if mn >= 0:
         return 0 if mn == 0 else 1
     if mn == INT64_MIN:
@@ -125,7 +125,7 @@ def integer_low(mn: int) -> int:
 
 
 def integer_high(mx: int, lo: int) -> int:
-    """Coarsened exclusive upper bound, as IntegerHigh in runners/capture.cc."""
+    """Coarsened exclusive upper bound of an integer domain."""
     if mx == INT64_MAX:
         hi = mx
     elif mx + 1 > 0:

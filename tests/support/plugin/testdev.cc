@@ -8,7 +8,7 @@
 // test exercises the loader, the rename and the dependent library, not new
 // kernels.
 //
-// Only the version hook of runners/plugin_abi.h is defined here; the others
+// Only the version hook of backends/plugin_abi.h is defined here; the others
 // come from the kernels library (dlsym on this handle searches its
 // dependencies too).
 extern "C" __attribute__((visibility("default"))) const char* coverage_backend_version(void) {

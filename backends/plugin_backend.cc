@@ -1,0 +1,179 @@
+#include "backends/plugin_backend.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <mutex>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <nlohmann/json.hpp>
+
+#include "backends/backend.h"
+#include "backends/backends.h"
+
+namespace coverage::runners {
+namespace {
+
+using InitFn = const char* (*)();
+using StringFn = const char* (*)();
+using VoidFn = void (*)();
+
+struct Plugin {
+  std::string path;       // as given first
+  std::string real_path;  // canonical, to recognise the same library under another name
+  void* handle = nullptr;
+  InitFn init = nullptr;
+  StringFn version = nullptr;
+  StringFn counters = nullptr;
+  VoidFn synchronize = nullptr;
+};
+
+std::mutex& LoaderMutex() {
+  static std::mutex mu;
+  return mu;
+}
+// The plugin that owns PrivateUse1 in this process, once one loaded.
+Plugin*& Loaded() {
+  static Plugin* plugin = nullptr;
+  return plugin;
+}
+// Set when a library registered part of a PrivateUse1 backend and failed.
+std::string& Tainted() {
+  static std::string by;
+  return by;
+}
+
+bool HasPrivateUse1Kernels() {
+  auto op = c10::Dispatcher::singleton().findSchema({"aten::empty", "memory_format"});
+  return op && op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1);
+}
+bool HasPrivateUse1Allocator() { return c10::GetAllocator(c10::DeviceType::PrivateUse1) != nullptr; }
+bool HasPrivateUse1Guard() { return c10::impl::hasDeviceGuardImpl(c10::DeviceType::PrivateUse1); }
+
+class PluginBackend final : public Backend {
+ public:
+  PluginBackend(std::string name, const Plugin* plugin) : name_(std::move(name)), plugin_(plugin) {}
+  std::string name() const override { return name_; }
+  c10::Device device() const override { return c10::Device(c10::DeviceType::PrivateUse1, 0); }
+  void Synchronize() override {
+    if (plugin_->synchronize) plugin_->synchronize();
+  }
+  std::string Version() const override {
+    const char* v = plugin_->version ? plugin_->version() : nullptr;
+    return v ? v : "";
+  }
+  std::map<std::string, int64_t> Counters() const override {
+    std::map<std::string, int64_t> out;
+    const char* text = plugin_->counters ? plugin_->counters() : nullptr;
+    if (text == nullptr) return out;
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_object()) return out;  // a plugin bug: no counters rather than a failed run
+    for (const auto& [k, v] : j.items()) {
+      if (v.is_number_integer()) out[k] = v.get<int64_t>();
+    }
+    return out;
+  }
+
+ private:
+  std::string name_;
+  const Plugin* plugin_;  // loaded for the life of the process
+};
+
+Result<const Plugin*> Load(const std::string& path) {
+  std::lock_guard<std::mutex> lock(LoaderMutex());
+  const std::string what = "PrivateUse1 plugin '" + path + "'";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return Status::NotFound(what + ": no such file");
+  char resolved[PATH_MAX];
+  const std::string real = realpath(path.c_str(), resolved) ? resolved : path;
+  if (Plugin* p = Loaded()) {
+    if (p->real_path == real) return static_cast<const Plugin*>(p);
+    return Status::Unsupported("cannot load " + what + ": PrivateUse1 already belongs to plugin '" + p->path +
+                               "' in this process (one PrivateUse1 backend per process)");
+  }
+  if (!Tainted().empty()) {
+    return Status::Unsupported("cannot load " + what + ": '" + Tainted() +
+                               "' registered part of a PrivateUse1 backend in this process and could not be unloaded");
+  }
+  if (HasPrivateUse1Kernels()) {
+    return Status::Unsupported("cannot load " + what +
+                               ": PrivateUse1 kernels are already registered in this process by another library");
+  }
+  dlerror();
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (handle == nullptr) {
+    const char* err = dlerror();
+    return Status::InvalidArgument("cannot load " + what + ": " + (err ? err : "dlopen failed"));
+  }
+  std::string missing;
+  int registered = 0;
+  auto need = [&](bool has, const char* thing) {
+    if (has) {
+      ++registered;
+    } else {
+      missing += (missing.empty() ? "" : ", ") + std::string(thing);
+    }
+  };
+  need(HasPrivateUse1Kernels(), "PrivateUse1 kernels (aten::empty.memory_format)");
+  need(HasPrivateUse1Allocator(), "a PrivateUse1 allocator");
+  need(HasPrivateUse1Guard(), "a PrivateUse1 device guard");
+  if (!missing.empty()) {
+    if (registered == 0) {
+      dlclose(handle);
+    } else {
+      Tainted() = path;
+    }
+    return Status::InvalidArgument(what + " is not a PrivateUse1 backend plugin: it registered no " + missing);
+  }
+  auto* plugin = new Plugin;
+  plugin->path = path;
+  plugin->real_path = real;
+  plugin->handle = handle;
+  plugin->init = reinterpret_cast<InitFn>(dlsym(handle, "coverage_backend_init"));
+  plugin->version = reinterpret_cast<StringFn>(dlsym(handle, "coverage_backend_version"));
+  plugin->counters = reinterpret_cast<StringFn>(dlsym(handle, "coverage_backend_counters"));
+  plugin->synchronize = reinterpret_cast<VoidFn>(dlsym(handle, "coverage_backend_synchronize"));
+  Loaded() = plugin;
+  return static_cast<const Plugin*>(plugin);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Backend>> LoadPluginBackend(const std::string& name, const std::string& path) {
+  auto plugin = Load(path);
+  if (!plugin) return plugin.error();
+  if ((*plugin)->init) {
+    std::lock_guard<std::mutex> lock(LoaderMutex());
+    if (const char* err = (*plugin)->init()) {
+      return Status::InvalidArgument("PrivateUse1 plugin '" + path + "' is not ready: " + err);
+    }
+  }
+  return std::shared_ptr<Backend>(std::make_shared<PluginBackend>(name, *plugin));
+}
+
+std::string DefaultSimPluginPath() {
+  if (const char* env = std::getenv("COVERAGE_SIM_PLUGIN"); env && *env) return env;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "libcoverage_sim.so";
+  return (exe.parent_path().parent_path() / "lib" / "libcoverage_sim.so").string();
+}
+
+void RegisterPluginBackends(BackendRegistry& registry, SimBackendOptions sim) {
+  registry.Register(
+      "sim", "simulated PrivateUse1 device (host memory; bf16 matmul numerics, compile cache, fault injection)",
+      [sim]() -> Result<std::shared_ptr<Backend>> {
+        if (!sim.default_config_path.empty()) setenv("COVERAGE_SIM_CONFIG", sim.default_config_path.c_str(), /*overwrite=*/0);
+        const std::string path = sim.plugin_path.empty() ? DefaultSimPluginPath() : sim.plugin_path;
+        return LoadPluginBackend("sim", path);
+      });
+  registry.RegisterPrefix("privateuse1:", "a PrivateUse1 backend plugin (.so) loaded by path",
+                          [](const std::string& path) { return LoadPluginBackend("privateuse1:" + path, path); });
+}
+
+}  // namespace coverage::runners

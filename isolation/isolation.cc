@@ -1,0 +1,464 @@
+#include "isolation/isolation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/json_double.h"
+#include "backends/backends.h"
+
+namespace coverage::runners {
+namespace {
+
+using nlohmann::json;
+
+// Note [Reruns]
+// ~~~~~~~~~~~~~
+// Like PyTorch's own test runner, a failure is run again before it is
+// believed, and alone: each rerun gets a fresh worker (COVERAGE_ATTEMPT=k),
+// so state an earlier case left behind (a poisoned cache, a leaked stream, a
+// wedged device) cannot repeat the failure. Reruns stop at the first attempt
+// that does not fail. The stored outcome stays the first attempt's (what a
+// single run sees, so a nightly diff compares like with like); the attempts
+// and their outcomes say whether the failure is consistent or flaky.
+// Unsupported ops are not rerun (a missing kernel does not come and go),
+// and a wrong answer that a fresh worker reproduces exactly (the same
+// outcome, message and error metrics) is consistent after one rerun: the
+// inputs are seeded, so further reruns would only repeat it. Crashes,
+// hangs and errors use every rerun; that is where flakiness lives.
+bool ShouldRerunCase(Outcome o) { return IsUnexpectedFailure(o) && o != Outcome::kUnsupported; }
+
+bool IsValueVerdict(Outcome o) {
+  return o == Outcome::kMismatch || o == Outcome::kShapeMismatch || o == Outcome::kShapeDivergence ||
+         o == Outcome::kDtypeMismatch ||
+         o == Outcome::kNonFiniteMismatch;
+}
+
+bool SameMetric(const std::optional<double>& a, const std::optional<double>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a || *a == *b || (std::isnan(*a) && std::isnan(*b));
+}
+
+bool ReproducedExactly(const CaseResult& a, const CaseResult& b) {
+  return IsValueVerdict(a.outcome) && a.outcome == b.outcome && a.error == b.error &&
+         SameMetric(a.max_abs_err, b.max_abs_err) && SameMetric(a.max_rel_err, b.max_rel_err) &&
+         SameMetric(a.mismatch_frac, b.mismatch_frac) && SameMetric(a.cosine, b.cosine);
+}
+
+std::string Tail(const std::string& text, size_t max_lines) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t nl = text.find('\n', start);
+    if (nl == std::string::npos) nl = text.size();
+    if (nl > start) lines.push_back(text.substr(start, nl - start));
+    start = nl + 1;
+  }
+  std::string out;
+  for (size_t i = lines.size() > max_lines ? lines.size() - max_lines : 0; i < lines.size(); ++i) {
+    out += (out.empty() ? "" : " | ") + lines[i];
+  }
+  return out;
+}
+
+// The outcome and message for a worker that did not answer.
+std::pair<Outcome, std::string> Unanswered(const WorkerReply& reply, const std::string& what, double timeout_s,
+                                           json* detail) {
+  (*detail)["stderr_tail"] = reply.stderr_tail;
+  (*detail)["seconds"] = reply.seconds;
+  const std::string last = Tail(reply.stderr_tail, 3);
+  if (reply.kind == WorkerReply::Kind::kTimeout) {
+    (*detail)["timeout_s"] = timeout_s;
+    return {Outcome::kTimeout,
+            fmt::format("no result from the worker within {:.3g} s while running {}; the worker was killed{}",
+                        timeout_s, what, last.empty() ? "" : "; its last output: " + last)};
+  }
+  if (reply.term_signal) (*detail)["signal"] = reply.term_signal;
+  else (*detail)["exit_status"] = reply.exit_status;
+  return {Outcome::kCrash, fmt::format("the worker died with {} while running {}{}", reply.DeathDescription(), what,
+                                       last.empty() ? "" : "; its last output: " + last)};
+}
+
+Result<double> PositiveSeconds(const json& j, const std::string& where) {
+  if (!j.is_number() || j.get<double>() <= 0) return Status::InvalidArgument(where + " must be a positive number of seconds");
+  return j.get<double>();
+}
+
+}  // namespace
+
+double IsolationPolicy::TimeoutFor(const OpCase& op_case) const {
+  if (auto it = op_timeout_s.find(op_case.QualifiedName()); it != op_timeout_s.end()) return it->second;
+  if (auto it = op_timeout_s.find(op_case.op); it != op_timeout_s.end()) return it->second;
+  return unit_timeout_s;
+}
+
+double IsolationPolicy::TimeoutForStage(const std::string& stage) const {
+  auto it = stage_timeout_s.find(stage);
+  return it == stage_timeout_s.end() ? 1800 : it->second;
+}
+
+Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::string_view source) {
+  const std::string src(source);
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(src + ": not a JSON object");
+  IsolationPolicy p;
+  static const char* kKnown[] = {"comment", "timeout_s", "op_timeout_s", "stage_timeout_s", "startup_timeout_s",
+                                 "reruns", "rerun_model_failures", "standby"};
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
+      return Status::InvalidArgument(src + ": unknown key '" + key + "'");
+    }
+  }
+  if (j.contains("timeout_s")) {
+    COV_ASSIGN_OR_RETURN(p.unit_timeout_s, PositiveSeconds(j["timeout_s"], src + ": 'timeout_s'"));
+  }
+  if (j.contains("startup_timeout_s")) {
+    COV_ASSIGN_OR_RETURN(p.startup_timeout_s, PositiveSeconds(j["startup_timeout_s"], src + ": 'startup_timeout_s'"));
+  }
+  for (const char* map_key : {"op_timeout_s", "stage_timeout_s"}) {
+    if (!j.contains(map_key)) continue;
+    if (!j[map_key].is_object()) return Status::InvalidArgument(src + ": '" + map_key + "' must be an object");
+    auto& target = std::string(map_key) == "op_timeout_s" ? p.op_timeout_s : p.stage_timeout_s;
+    for (const auto& [name, value] : j[map_key].items()) {
+      if (std::string(map_key) == "op_timeout_s" && name.find("::") == std::string::npos) {
+        return Status::InvalidArgument(src + ": 'op_timeout_s' key '" + name + "' must name an op such as aten::mm");
+      }
+      if (std::string(map_key) == "stage_timeout_s" && name != "module" && name != "model" && name != "train") {
+        return Status::InvalidArgument(src + ": 'stage_timeout_s' key '" + name + "' is not module, model or train");
+      }
+      COV_ASSIGN_OR_RETURN(target[name], PositiveSeconds(value, src + ": '" + map_key + "." + name + "'"));
+    }
+  }
+  if (j.contains("reruns")) {
+    if (!j["reruns"].is_number_integer() || j["reruns"].get<int>() < 0 || j["reruns"].get<int>() > 100) {
+      return Status::InvalidArgument(src + ": 'reruns' must be an integer from 0 to 100");
+    }
+    p.reruns = j["reruns"].get<int>();
+  }
+  if (j.contains("rerun_model_failures")) {
+    if (!j["rerun_model_failures"].is_boolean()) {
+      return Status::InvalidArgument(src + ": 'rerun_model_failures' must be true or false");
+    }
+    p.rerun_model_failures = j["rerun_model_failures"].get<bool>();
+  }
+  if (j.contains("standby")) {
+    if (!j["standby"].is_boolean()) return Status::InvalidArgument(src + ": 'standby' must be true or false");
+    p.standby = j["standby"].get<bool>();
+  }
+  return p;
+}
+
+json WorkerSetup::ToJson() const {
+  const ModelCheckOptions& c = checks;
+  return json{{"backend", backend},
+              {"registry", registry},
+              {"tolerances_json", tolerances_json},
+              {"tolerances_source", tolerances_source},
+              {"warm_iterations", warm_iterations},
+              {"golden", golden == GoldenMode::kAlways ? "always" : golden == GoldenMode::kNever ? "never" : "auto"},
+              {"seed", seed},
+              {"checks",
+               {{"seed", c.seed}, {"min_cosine", c.min_cosine}, {"top_k", c.top_k},
+                {"min_topk_agreement", c.min_topk_agreement}, {"train_steps", c.train_steps},
+                {"loss_rtol", c.loss_rtol}, {"grad_norm_rtol", c.grad_norm_rtol},
+                {"param_update_rtol", c.param_update_rtol}}}};
+}
+
+Result<WorkerSetup> WorkerSetup::FromJson(const json& j) {
+  if (!j.is_object() || !j.contains("backend") || !j["backend"].is_string()) {
+    return Status::InvalidArgument("worker setup: expected an object with 'backend'");
+  }
+  WorkerSetup s;
+  try {
+    s.backend = j["backend"].get<std::string>();
+    s.registry = j.value("registry", std::string());
+    s.tolerances_json = j.value("tolerances_json", std::string("{}"));
+    s.tolerances_source = j.value("tolerances_source", std::string("(setup)"));
+    s.warm_iterations = j.value("warm_iterations", 3);
+    const std::string golden = j.value("golden", std::string("auto"));
+    s.golden = golden == "always" ? GoldenMode::kAlways : golden == "never" ? GoldenMode::kNever : GoldenMode::kWhenNeeded;
+    s.seed = j.value("seed", uint64_t{0});
+    const json c = j.value("checks", json::object());
+    ModelCheckOptions& o = s.checks;
+    o.seed = c.value("seed", o.seed);
+    o.min_cosine = c.value("min_cosine", o.min_cosine);
+    o.top_k = c.value("top_k", o.top_k);
+    o.min_topk_agreement = c.value("min_topk_agreement", o.min_topk_agreement);
+    o.train_steps = c.value("train_steps", o.train_steps);
+    o.loss_rtol = c.value("loss_rtol", o.loss_rtol);
+    o.grad_norm_rtol = c.value("grad_norm_rtol", o.grad_norm_rtol);
+    o.param_update_rtol = c.value("param_update_rtol", o.param_update_rtol);
+    o.golden = s.golden;
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("worker setup: ") + e.what());
+  }
+  COV_ASSIGN_OR_RETURN(s.checks.comparison, ComparisonOptions::FromJson(s.tolerances_json, s.tolerances_source));
+  return s;
+}
+
+Result<ReplayOptions> WorkerSetup::Replay() const {
+  ReplayOptions r;
+  COV_ASSIGN_OR_RETURN(r.comparison, ComparisonOptions::FromJson(tolerances_json, tolerances_source));
+  r.warm_iterations = warm_iterations;
+  r.golden = golden;
+  r.seed = seed;
+  return r;
+}
+
+// ---------------------------------------------------------------- parent side
+
+void WorkerPool::SpawnStandby(int attempt) {
+  auto& spare = standby_[attempt];
+  if (!options_.policy.standby || (spare && spare->alive())) return;
+  WorkerSpawnOptions spawn = options_.spawn;
+  spawn.attempt = attempt;
+  auto w = WorkerProcess::Spawn(spawn);
+  spare = w ? std::move(*w) : nullptr;  // no spare is only slower
+}
+
+Result<std::unique_ptr<WorkerProcess>> WorkerPool::StartWorker(int attempt) {
+  std::unique_ptr<WorkerProcess> worker;
+  bool spare = false;
+  if (auto it = standby_.find(attempt); it != standby_.end() && it->second && it->second->alive()) {
+    worker = std::move(it->second);
+    spare = true;
+  } else {
+    WorkerSpawnOptions spawn = options_.spawn;
+    spawn.attempt = attempt;
+    COV_ASSIGN_OR_RETURN(worker, WorkerProcess::Spawn(spawn));
+  }
+  ++stats_.workers_started;
+  const std::string setup = DumpJson(json{{"setup", options_.setup.ToJson()}});
+  WorkerReply reply = worker->Call(setup, options_.policy.startup_timeout_s);
+  if (spare && reply.kind == WorkerReply::Kind::kDied) {
+    // A spare that died while it waited (the OOM killer, say) says nothing
+    // about the backend: start a fresh one instead.
+    WorkerSpawnOptions spawn = options_.spawn;
+    spawn.attempt = attempt;
+    COV_ASSIGN_OR_RETURN(worker, WorkerProcess::Spawn(spawn));
+    reply = worker->Call(setup, options_.policy.startup_timeout_s);
+  }
+  if (reply.kind != WorkerReply::Kind::kReply) {
+    return Status::Aborted(fmt::format(
+        "the worker for backend '{}' {} while starting{}", options_.setup.backend,
+        reply.kind == WorkerReply::Kind::kTimeout
+            ? fmt::format("did not become ready within {:.3g} s", options_.policy.startup_timeout_s)
+            : "died with " + reply.DeathDescription(),
+        reply.stderr_tail.empty() ? "" : "; its output:\n" + reply.stderr_tail));
+  }
+  json j = json::parse(reply.line, nullptr, false);
+  if (!j.is_object() || !j.value("ready", false)) {
+    std::string why = j.is_object() && j.contains("error") ? j["error"].get<std::string>() : reply.line;
+    return Status::InvalidArgument("the worker could not set up backend '" + options_.setup.backend + "': " + why);
+  }
+  return worker;
+}
+
+Status WorkerPool::EnsureWorker() {
+  if (worker_ && worker_->alive()) return Status::Ok();
+  COV_ASSIGN_OR_RETURN(worker_, StartWorker(1));
+  SpawnStandby(1);
+  return Status::Ok();
+}
+
+Result<WorkerReply> WorkerPool::Call(const std::string& request, double timeout_s, int attempt) {
+  ++stats_.requests;
+  WorkerReply reply;
+  if (attempt <= 1) {
+    COV_RETURN_IF_ERROR(EnsureWorker());
+    reply = worker_->Call(request, timeout_s);
+    if (!worker_->alive()) worker_.reset();  // replaced on the next request
+  } else {
+    COV_ASSIGN_OR_RETURN(auto fresh, StartWorker(attempt));
+    SpawnStandby(attempt);  // the next rerun of this attempt number finds one ready
+    reply = fresh->Call(request, timeout_s);
+  }
+  if (reply.kind == WorkerReply::Kind::kDied) ++stats_.crashes;
+  if (reply.kind == WorkerReply::Kind::kTimeout) ++stats_.timeouts;
+  return reply;
+}
+
+CaseResult IsolatedCaseExecutor::RunOnce(const std::string& request, const OpCase& op_case, int attempt) {
+  CaseResult result;
+  const double timeout = pool_.options().policy.TimeoutFor(op_case);
+  auto reply = pool_.Call(request, timeout, attempt);
+  if (!reply) {
+    harness_ = reply.error();
+    result.outcome = Outcome::kError;
+    result.error = reply.error().message();
+    return result;
+  }
+  if (reply->kind != WorkerReply::Kind::kReply) {
+    json detail;
+    std::tie(result.outcome, result.error) = Unanswered(*reply, op_case.QualifiedName(), timeout, &detail);
+    result.timing.total_us = reply->seconds * 1e6;
+    result.detail_json = DumpJson(json{{"worker", detail}});
+    return result;
+  }
+  json j = json::parse(reply->line, nullptr, false);
+  if (j.is_object() && j.contains("result") && j["result"].is_string()) {
+    auto parsed = CaseResult::FromJson(j["result"].get<std::string>());
+    if (parsed) return *parsed;
+    harness_ = parsed.error().WithContext("reading a worker's result");
+  } else {
+    harness_ = Status::Internal("the worker answered a case with: " + reply->line.substr(0, 2000));
+  }
+  result.outcome = Outcome::kError;
+  result.error = harness_.message();
+  return result;
+}
+
+CaseResult IsolatedCaseExecutor::Run(const OpCase& op_case) {
+  const std::string request = DumpJson(json{{"unit", op_case.ToCanonicalJson()}});
+  CaseResult first = RunOnce(request, op_case, 1);
+  if (!harness_.ok() || !ShouldRerunCase(first.outcome)) return first;
+  std::vector<Outcome> outcomes = {first.outcome};
+  for (int attempt = 2; attempt <= 1 + pool_.options().policy.reruns; ++attempt) {
+    CaseResult again = RunOnce(request, op_case, attempt);
+    if (!harness_.ok()) return first;
+    ++pool_.stats().reruns;
+    outcomes.push_back(again.outcome);
+    if (!IsUnexpectedFailure(again.outcome) || ReproducedExactly(first, again)) break;
+  }
+  if (outcomes.size() > 1) {
+    first.attempts = static_cast<int>(outcomes.size());
+    first.attempt_outcomes = outcomes;
+    first.flaky = std::any_of(outcomes.begin(), outcomes.end(), [&](Outcome o) { return o != outcomes[0]; });
+    if (first.flaky) ++pool_.stats().flaky;
+  }
+  return first;
+}
+
+std::vector<ModelCheckItem> IsolatedModelStageRunner::RunOnce(const std::string& request, const std::string& stage,
+                                                              int attempt) {
+  const double timeout = pool_.options().policy.TimeoutForStage(stage);
+  auto fail = [&](Outcome o, std::string why, json detail) {
+    ModelCheckItem item;
+    item.item = stage == "module" ? "*" : stage == "model" ? "forward" : "train";
+    item.outcome = o;
+    item.error = std::move(why);
+    item.detail = {{"worker", std::move(detail)}};
+    return std::vector<ModelCheckItem>{item};
+  };
+  auto reply = pool_.Call(request, timeout, attempt);
+  if (!reply) {
+    harness_ = reply.error();
+    return fail(Outcome::kError, harness_.message(), json::object());
+  }
+  if (reply->kind != WorkerReply::Kind::kReply) {
+    json detail;
+    auto [outcome, why] = Unanswered(*reply, "the " + stage + " stage", timeout, &detail);
+    auto items = fail(outcome, why, detail);
+    items[0].seconds = reply->seconds;
+    return items;
+  }
+  json j = json::parse(reply->line, nullptr, false);
+  if (j.is_object() && j.contains("items") && j["items"].is_array()) {
+    std::vector<ModelCheckItem> items;
+    for (const auto& e : j["items"]) {
+      auto item = ModelCheckItemFromJson(e);
+      if (!item) {
+        harness_ = item.error().WithContext("reading a worker's model result");
+        return fail(Outcome::kError, harness_.message(), json::object());
+      }
+      items.push_back(std::move(*item));
+    }
+    return items;
+  }
+  harness_ = Status::Internal("the worker answered a model stage with: " + reply->line.substr(0, 2000));
+  return fail(Outcome::kError, harness_.message(), json::object());
+}
+
+std::vector<ModelCheckItem> IsolatedModelStageRunner::Run(const std::string& stage, const std::string& model_id,
+                                                          const std::string& profile, const Program& /*program*/) {
+  const std::string request =
+      DumpJson(json{{"model", {{"stage", stage}, {"model_id", model_id}, {"profile", profile}}}});
+  auto worst = [](const std::vector<ModelCheckItem>& items) {
+    for (const auto& i : items) {
+      if (IsUnexpectedFailure(i.outcome)) return i.outcome;
+    }
+    return items.empty() ? Outcome::kPass : items.front().outcome;
+  };
+  std::vector<ModelCheckItem> first = RunOnce(request, stage, 1);
+  const Outcome first_outcome = worst(first);
+  const bool process_fault = first_outcome == Outcome::kCrash || first_outcome == Outcome::kTimeout;
+  if (!harness_.ok() || !ShouldRerunCase(first_outcome) ||
+      !(process_fault || pool_.options().policy.rerun_model_failures)) {
+    return first;
+  }
+  std::vector<Outcome> outcomes = {first_outcome};
+  for (int attempt = 2; attempt <= 1 + pool_.options().policy.reruns; ++attempt) {
+    auto again = RunOnce(request, stage, attempt);
+    if (!harness_.ok()) return first;
+    ++pool_.stats().reruns;
+    outcomes.push_back(worst(again));
+    if (!IsUnexpectedFailure(outcomes.back())) break;
+  }
+  const bool flaky = std::any_of(outcomes.begin(), outcomes.end(), [&](Outcome o) { return o != outcomes[0]; });
+  if (flaky) ++pool_.stats().flaky;
+  for (auto& item : first) {
+    item.attempts = static_cast<int>(outcomes.size());
+    item.attempt_outcomes = outcomes;
+    item.flaky = flaky;
+  }
+  return first;
+}
+
+// ---------------------------------------------------------------- worker side
+
+WorkerService::WorkerService(BackendMaker make_backend, ProgramLoader load_program)
+    : make_backend_(std::move(make_backend)), load_program_(std::move(load_program)) {}
+WorkerService::~WorkerService() = default;
+
+std::string WorkerService::Handle(const std::string& request) {
+  json j = json::parse(request, nullptr, false);
+  if (!j.is_object()) return DumpJson(json{{"error", "request is not a JSON object"}});
+  if (j.contains("setup")) return HandleSetup(j["setup"]);
+  if (!setup_) return DumpJson(json{{"error", "the first request must be the setup"}});
+  if (j.contains("unit") && j["unit"].is_string()) return HandleUnit(j["unit"].get<std::string>());
+  if (j.contains("model")) return HandleModel(j["model"]);
+  return DumpJson(json{{"error", "unknown request: " + request.substr(0, 200)}});
+}
+
+std::string WorkerService::HandleSetup(const json& setup_json) {
+  auto setup = WorkerSetup::FromJson(setup_json);
+  if (!setup) return DumpJson(json{{"error", setup.error().message()}});
+  auto replay = setup->Replay();
+  if (!replay) return DumpJson(json{{"error", replay.error().message()}});
+  auto backend = make_backend_(setup->backend);
+  if (!backend) return DumpJson(json{{"error", backend.error().message()}});
+  backend_ = *backend;
+  setup_ = std::make_unique<WorkerSetup>(std::move(*setup));
+  replay_ = std::make_unique<ReplayExecutor>(backend_, std::move(*replay));
+  return DumpJson(json{{"ready", true}, {"backend_version", BackendVersionOf(*backend_)}});
+}
+
+std::string WorkerService::HandleUnit(const std::string& op_case_json) {
+  auto op_case = OpCase::FromJson(op_case_json);
+  if (!op_case) return DumpJson(json{{"error", op_case.error().message()}});
+  return DumpJson(json{{"result", replay_->Run(*op_case).ToJson()}});
+}
+
+std::string WorkerService::HandleModel(const json& m) {
+  if (!m.is_object() || !m.contains("model_id") || !m["model_id"].is_string() || !m.contains("profile") ||
+      !m["profile"].is_string()) {
+    return DumpJson(json{{"error", "model request: expected an object with 'stage', 'model_id' and 'profile'"}});
+  }
+  if (!load_program_ || setup_->registry.empty()) {
+    return DumpJson(json{{"error", "model request: the worker was set up without a registry to load programs from"}});
+  }
+  auto program = load_program_(setup_->registry, m["model_id"].get<std::string>(), m["profile"].get<std::string>());
+  if (!program) return DumpJson(json{{"error", "model request: " + program.error().message()}});
+  ProgramReplayOptions options;
+  options.check = setup_->checks;
+  const std::vector<ModelCheckItem> items =
+      RunProgramStage(m.value("stage", std::string()), *program, *backend_, options);
+  json out = json::array();
+  for (const auto& item : items) out.push_back(ModelCheckItemToJson(item));
+  return DumpJson(json{{"items", out}});
+}
+
+}  // namespace coverage::runners

@@ -1,0 +1,184 @@
+// Isolation: running cases and model stages in worker processes (worker.h),
+// so that a backend that crashes, hangs or corrupts its process costs one
+// case, never the run.
+//
+// Parent side: IsolatedCaseExecutor (the unit stage's CaseExecutor) and
+// IsolatedModelStageRunner (the model stages' ProgramStageRunner) send one
+// request per case to a long-lived worker and turn what happens into the
+// same CaseResult / ModelCheckItems an in-process run gives:
+//   - the worker dies (signal, exit)  -> kCrash, with the signal and the last
+//                                        lines the worker printed;
+//   - no reply before the deadline    -> kTimeout; the worker is killed;
+// in both cases the next request gets a fresh worker and the run goes on.
+// Reruns (Note [Reruns]): a case that failed is run again alone, each time in
+// a fresh worker, up to `reruns` times or until an attempt passes; the
+// result is the first attempt's, with the number of attempts, each
+// attempt's outcome and whether they disagreed (flaky) recorded.
+//
+// Worker side: WorkerService answers the requests (`coverage worker`, see
+// apps/cmd_worker.cc). Messages are JSON lines:
+//   {"setup": {...WorkerSetup}}       -> {"ready": true, "backend_version": "..."} | {"error": "..."}
+//   {"unit": "<OpCase canonical JSON>"} -> {"result": "<CaseResult JSON>"}
+//   {"model": {stage, model_id, profile}} -> {"items": [...]}   (the worker loads the
+//                                        program from the setup's registry)
+//
+// Thread safety: each object is used by one thread.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/case_result.h"
+#include "core/op_case.h"
+#include "core/result.h"
+#include "core/program.h"
+#include "replay/model_check.h"
+#include "replay/program_replay.h"
+#include "replay/replay.h"
+#include "isolation/worker.h"
+
+namespace coverage::runners {
+
+class Backend;
+
+// Per-case deadlines and reruns (configs/isolation.json, see configs/README.md).
+struct IsolationPolicy {
+  double unit_timeout_s = 60;                   // one op case, all its backend and reference runs
+  std::map<std::string, double> op_timeout_s;   // "aten::op" or "aten::op.overload": replaces unit_timeout_s
+  std::map<std::string, double> stage_timeout_s = {{"module", 900}, {"model", 900}, {"train", 1800}};
+  double startup_timeout_s = 300;               // a worker loading its backend
+  int reruns = 3;                               // failed cases run again alone in fresh workers, at most this often
+  // Model stages are rerun only after a crash or timeout: their verdicts are
+  // deterministic (seeded inputs and weights) and a rerun costs a whole model.
+  bool rerun_model_failures = false;
+  // Keep spare workers started (their libraries loaded): one to replace a
+  // crashed or hung worker, and, once reruns happen, one for each attempt
+  // number in use, so neither waits for a process start. Off by default: a
+  // spare starting while a case is timed takes a core from it, and on a
+  // small machine a parallel kernel then waits a scheduler time slice
+  // (measured: warm latencies of 8 and 16 ms instead of 0.2 ms).
+  bool standby = false;
+
+  double TimeoutFor(const OpCase& op_case) const;
+  double TimeoutForStage(const std::string& stage) const;
+  // Parses configs/isolation.json; errors name `source` and the key.
+  static Result<IsolationPolicy> FromJson(std::string_view json, std::string_view source);
+};
+
+// Everything a worker needs before its first request.
+struct WorkerSetup {
+  std::string backend;             // a name BackendRegistry knows
+  std::string tolerances_json;     // configs/tolerances.json text
+  std::string tolerances_source;   // its path, for errors
+  std::string registry;            // model stages: where the worker loads programs from
+  int warm_iterations = 3;
+  GoldenMode golden = GoldenMode::kWhenNeeded;
+  uint64_t seed = 0;
+  ModelCheckOptions checks;        // comparison is filled from tolerances_json
+
+  nlohmann::json ToJson() const;
+  static Result<WorkerSetup> FromJson(const nlohmann::json& j);
+  // The replay options it describes (tolerances parsed).
+  Result<ReplayOptions> Replay() const;
+};
+
+struct IsolationOptions {
+  WorkerSpawnOptions spawn;  // how to start `coverage worker` (args); attempt is set per worker
+  WorkerSetup setup;
+  IsolationPolicy policy;
+};
+
+// Counts over one executor's life.
+struct IsolationStats {
+  int64_t requests = 0;
+  int64_t workers_started = 0;
+  int64_t crashes = 0;
+  int64_t timeouts = 0;
+  int64_t reruns = 0;
+  int64_t flaky = 0;
+};
+
+// Shared by both executors: a current worker, fresh ones for reruns.
+class WorkerPool {
+ public:
+  explicit WorkerPool(IsolationOptions options) : options_(std::move(options)) {}
+  // Starts the long-lived worker (attempt 1) unless one is running.
+  Status EnsureWorker();
+  // Sends `request` to the long-lived worker (started when needed) or, with
+  // attempt > 1, to a fresh worker used for this request only.
+  Result<WorkerReply> Call(const std::string& request, double timeout_s, int attempt);
+  const IsolationOptions& options() const { return options_; }
+  IsolationStats& stats() { return stats_; }
+
+ private:
+  Result<std::unique_ptr<WorkerProcess>> StartWorker(int attempt);
+  void SpawnStandby(int attempt);
+  IsolationOptions options_;
+  std::unique_ptr<WorkerProcess> worker_;
+  std::map<int, std::unique_ptr<WorkerProcess>> standby_;  // by attempt; spawned, not yet set up
+  IsolationStats stats_;
+};
+
+class IsolatedCaseExecutor final : public CaseExecutor {
+ public:
+  explicit IsolatedCaseExecutor(IsolationOptions options) : pool_(std::move(options)) {}
+  // Starts the first worker, so that a backend that cannot load is an error
+  // before any case runs.
+  Status Start() { return pool_.EnsureWorker(); }
+  CaseResult Run(const OpCase& op_case) override;
+  Status HarnessStatus() const override { return harness_; }
+  const IsolationStats& stats() { return pool_.stats(); }
+
+ private:
+  CaseResult RunOnce(const std::string& request, const OpCase& op_case, int attempt);
+  WorkerPool pool_;
+  Status harness_;
+};
+
+class IsolatedModelStageRunner final : public ProgramStageRunner {
+ public:
+  explicit IsolatedModelStageRunner(IsolationOptions options) : pool_(std::move(options)) {}
+  Status Start() { return pool_.EnsureWorker(); }
+  // The worker loads (model_id, profile)'s program from the registry named
+  // in the setup; `program` is not sent.
+  std::vector<ModelCheckItem> Run(const std::string& stage, const std::string& model_id, const std::string& profile,
+                                  const Program& program) override;
+  Status HarnessStatus() const override { return harness_; }
+  const IsolationStats& stats() { return pool_.stats(); }
+
+ private:
+  std::vector<ModelCheckItem> RunOnce(const std::string& request, const std::string& stage, int attempt);
+  WorkerPool pool_;
+  Status harness_;
+};
+
+// The worker's side: answers one request line with one reply line. The
+// first request must be the setup; `make_backend` creates the backend it
+// names.
+class WorkerService {
+ public:
+  using BackendMaker = std::function<Result<std::shared_ptr<Backend>>(const std::string& name)>;
+  // Loads a captured program: (registry path, model id, profile).
+  using ProgramLoader =
+      std::function<Result<Program>(const std::string& registry, const std::string& model_id, const std::string& profile)>;
+  WorkerService(BackendMaker make_backend, ProgramLoader load_program);
+  ~WorkerService();
+  std::string Handle(const std::string& request);
+
+ private:
+  std::string HandleSetup(const nlohmann::json& setup);
+  std::string HandleUnit(const std::string& op_case_json);
+  std::string HandleModel(const nlohmann::json& model);
+
+  BackendMaker make_backend_;
+  ProgramLoader load_program_;
+  std::shared_ptr<Backend> backend_;
+  std::unique_ptr<WorkerSetup> setup_;
+  std::unique_ptr<CaseExecutor> replay_;
+};
+
+}  // namespace coverage::runners

@@ -1,0 +1,348 @@
+#include "isolation/worker.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/spawn.h"
+
+extern char** environ;
+
+namespace coverage::runners {
+namespace {
+
+// Note [Worker processes]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Why spawn and not fork: a parent that has initialised a device runtime (or
+// only libtorch's thread pools) cannot safely fork; a spawned child starts
+// clean, exactly like the first process. Why a socket for requests: send()
+// with MSG_NOSIGNAL turns a dead reader into EPIPE instead of killing the
+// parent with SIGPIPE. Why a separate stderr pipe: a backend that prints to
+// stdout must not corrupt replies, and the last lines it printed before a
+// crash are the best clue to why. Why a process group of its own: Ctrl-C at
+// a terminal signals the whole foreground group; a worker dying of SIGINT
+// would be reported as a crash of the case it ran.
+constexpr int kChildSocketFd = 3;
+
+int MoveAbove(int fd, int min_fd) {
+  if (fd >= min_fd) return fd;
+  int moved = fcntl(fd, F_DUPFD_CLOEXEC, min_fd);
+  close(fd);
+  return moved;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+std::string SignalName(int signal) {
+  switch (signal) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGABRT: return "SIGABRT";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGKILL: return "SIGKILL";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGPIPE: return "SIGPIPE";
+    case SIGTRAP: return "SIGTRAP";
+    case SIGSYS: return "SIGSYS";
+    default: return fmt::format("signal {}", signal);
+  }
+}
+
+std::string WorkerReply::DeathDescription() const {
+  if (term_signal != 0) return fmt::format("signal {} ({})", term_signal, SignalName(term_signal));
+  return fmt::format("exit status {}", exit_status);
+}
+
+Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(const WorkerSpawnOptions& options) {
+  // This very binary, even when its file was rebuilt or removed since it
+  // started: /proc/self/exe names the running image, not the path.
+  std::string exe = options.executable.empty() ? "/proc/self/exe" : options.executable;
+  std::string argv0 = exe;
+  if (options.executable.empty()) {
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n > 0) argv0.assign(buf, static_cast<size_t>(n));
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return Status::IoError(std::string("socketpair: ") + std::strerror(errno));
+  }
+  int err_pipe[2];
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return Status::IoError(std::string("pipe: ") + std::strerror(errno));
+  }
+  // Keep the child's ends away from 0..3 so the dup2s below cannot collide.
+  const int child_sock = MoveAbove(sv[1], 10), child_err = MoveAbove(err_pipe[1], 10);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, child_sock, kChildSocketFd);
+  posix_spawn_file_actions_adddup2(&actions, child_err, 1);
+  posix_spawn_file_actions_adddup2(&actions, child_err, 2);
+  posix_spawnattr_t attr;
+  InitChildSpawnAttributes(&attr);
+
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "COVERAGE_ATTEMPT=", 17) == 0 || std::strncmp(*e, "COVERAGE_WORKER=", 16) == 0 ||
+        std::strncmp(*e, "COVERAGE_PARENT_PID=", 20) == 0) {
+      continue;
+    }
+    env_storage.emplace_back(*e);
+  }
+  env_storage.push_back("COVERAGE_WORKER=1");
+  env_storage.push_back(fmt::format("COVERAGE_ATTEMPT={}", options.attempt));
+  env_storage.push_back(fmt::format("COVERAGE_PARENT_PID={}", getpid()));
+  std::vector<char*> envp;
+  for (auto& s : env_storage) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> arg_storage = {argv0};
+  arg_storage.insert(arg_storage.end(), options.args.begin(), options.args.end());
+  std::vector<char*> argv;
+  for (auto& s : arg_storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, exe.c_str(), &actions, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(child_sock);
+  close(child_err);
+  if (rc != 0) {
+    close(sv[0]);
+    close(err_pipe[0]);
+    return Status::IoError(fmt::format("cannot start worker '{}': {}", exe, std::strerror(rc)));
+  }
+  std::unique_ptr<WorkerProcess> w(new WorkerProcess());
+  w->pid_ = pid;
+  w->attempt_ = options.attempt;
+  w->socket_fd_ = sv[0];
+  w->stderr_fd_ = err_pipe[0];
+  w->alive_ = true;
+  w->stderr_tail_lines_ = options.stderr_tail_lines;
+  fcntl(w->stderr_fd_, F_SETFL, fcntl(w->stderr_fd_, F_GETFL) | O_NONBLOCK);
+  return w;
+}
+
+WorkerProcess::~WorkerProcess() {
+  if (alive_) {
+    // A polite end first: closing the socket ends the worker's loop.
+    shutdown(socket_fd_, SHUT_RDWR);
+    for (int i = 0; i < 50; ++i) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        alive_ = false;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (alive_) {
+      WorkerReply ignored;
+      KillAndReap(&ignored);
+    }
+  }
+  if (socket_fd_ >= 0) close(socket_fd_);
+  if (stderr_fd_ >= 0) close(stderr_fd_);
+}
+
+void WorkerProcess::DrainStderr(bool until_eof) {
+  char buf[8192];
+  for (;;) {
+    ssize_t n = read(stderr_fd_, buf, sizeof(buf));
+    if (n > 0) {
+      stderr_partial_.append(buf, static_cast<size_t>(n));
+      size_t start = 0, nl;
+      while ((nl = stderr_partial_.find('\n', start)) != std::string::npos) {
+        stderr_lines_.push_back(stderr_partial_.substr(start, nl - start));
+        if (stderr_lines_.size() > stderr_tail_lines_) stderr_lines_.pop_front();
+        start = nl + 1;
+      }
+      stderr_partial_.erase(0, start);
+      if (stderr_partial_.size() > 4096) {  // a runaway line without newline
+        stderr_lines_.push_back(stderr_partial_.substr(0, 4096) + "...");
+        stderr_partial_.clear();
+      }
+      continue;
+    }
+    if (n == 0) {
+      stderr_eof_ = true;  // every writer closed it; poll must stop watching it
+      return;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN && until_eof) {
+      pollfd p{stderr_fd_, POLLIN, 0};
+      if (poll(&p, 1, 200) > 0) continue;  // the dead child's last bytes are in the pipe already
+    }
+    return;
+  }
+}
+
+std::string WorkerProcess::StderrTail() const {
+  std::string out;
+  for (const auto& l : stderr_lines_) out += l + "\n";
+  if (!stderr_partial_.empty()) out += stderr_partial_ + "\n";
+  return out;
+}
+
+void WorkerProcess::KillAndReap(WorkerReply* reply) {
+  kill(-pid_, SIGKILL);  // its process group: anything the backend started goes too
+  kill(pid_, SIGKILL);
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) reply->term_signal = WTERMSIG(status);
+  if (WIFEXITED(status)) reply->exit_status = WEXITSTATUS(status);
+  alive_ = false;
+}
+
+WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s) {
+  WorkerReply reply;
+  const auto start = std::chrono::steady_clock::now();
+  if (!alive_) {
+    reply.kind = WorkerReply::Kind::kDied;
+    reply.stderr_tail = StderrTail();
+    return reply;
+  }
+  stderr_lines_.clear();
+  stderr_partial_.clear();
+  const std::string out = request + "\n";
+  size_t sent = 0;
+  auto reap = [&](int status) {
+    if (WIFSIGNALED(status)) reply.term_signal = WTERMSIG(status);
+    if (WIFEXITED(status)) reply.exit_status = WEXITSTATUS(status);
+    alive_ = false;
+    kill(-pid_, SIGKILL);  // whatever it started goes with it
+  };
+  auto died = [&](bool reaped) {
+    // The socket closed or the child is gone: reap it (waiting a little for
+    // a clean exit) and keep what it printed last.
+    reply.kind = WorkerReply::Kind::kDied;
+    if (!reaped) {
+      int status = 0;
+      pid_t r = 0;
+      for (int i = 0; i < 500 && (r = waitpid(pid_, &status, WNOHANG)) == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+      if (r == pid_) reap(status);
+      else KillAndReap(&reply);
+    }
+    DrainStderr(true);
+    reply.stderr_tail = StderrTail();
+    reply.seconds = SecondsSince(start);
+    return reply;
+  };
+  for (;;) {
+    // A reply already buffered?
+    if (size_t nl = pending_.find('\n'); nl != std::string::npos && sent == out.size()) {
+      reply.line = pending_.substr(0, nl);
+      pending_.erase(0, nl + 1);
+      reply.seconds = SecondsSince(start);
+      return reply;
+    }
+    const double left = timeout_s - SecondsSince(start);
+    if (left <= 0) {
+      reply.kind = WorkerReply::Kind::kTimeout;
+      KillAndReap(&reply);
+      DrainStderr(true);
+      reply.stderr_tail = StderrTail();
+      reply.seconds = SecondsSince(start);
+      return reply;
+    }
+    pollfd fds[2] = {{socket_fd_, static_cast<short>(POLLIN | (sent < out.size() ? POLLOUT : 0)), 0},
+                     {stderr_eof_ ? -1 : stderr_fd_, POLLIN, 0}};
+    const int wait_ms = static_cast<int>(std::min(left * 1000.0 + 1, 200.0));
+    int n = poll(fds, 2, wait_ms);
+    if (n < 0 && errno != EINTR) return died(false);
+    if (n <= 0) {
+      // A child the worker started may hold the socket open after the worker
+      // died: look at the worker itself too.
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        reap(status);
+        return died(true);
+      }
+      continue;
+    }
+    if (fds[1].revents & (POLLIN | POLLHUP)) DrainStderr(false);
+    if (sent < out.size() && (fds[0].revents & POLLOUT)) {
+      ssize_t w = send(socket_fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) sent += static_cast<size_t>(w);
+      else if (w < 0 && errno != EAGAIN && errno != EINTR) return died(false);
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      char buf[65536];
+      ssize_t r = recv(socket_fd_, buf, sizeof(buf), MSG_DONTWAIT);
+      if (r > 0) {
+        pending_.append(buf, static_cast<size_t>(r));
+      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+        return died(false);
+      }
+    }
+  }
+}
+
+int RunWorkerLoop(const std::function<std::string(const std::string&)>& handle) {
+  // Die with the parent, even a SIGKILLed one; if it is already gone, stop.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (const char* parent = std::getenv("COVERAGE_PARENT_PID"); parent && std::atol(parent) != getppid()) return 1;
+  // Processes the backend starts must not hold the socket: the parent
+  // learns of a death from its end closing.
+  fcntl(kChildSocketFd, F_SETFD, FD_CLOEXEC);
+  std::string pending;
+  char buf[65536];
+  for (;;) {
+    size_t nl;
+    while ((nl = pending.find('\n')) != std::string::npos) {
+      std::string request = pending.substr(0, nl);
+      pending.erase(0, nl + 1);
+      std::string reply;
+      try {
+        reply = handle(request) + "\n";
+      } catch (const std::exception& e) {
+        // A bug in answering must not look like a crash of the case.
+        std::string what = std::string(e.what()).substr(0, 200);
+        for (char& c : what) {
+          // Kept to plain ASCII without quotes or escapes, so the line is valid JSON.
+          if (static_cast<unsigned char>(c) >= 0x80 || static_cast<unsigned char>(c) < 0x20 || c == '"' || c == '\\') {
+            c = '?';
+          }
+        }
+        reply = "{\"error\": \"the worker failed to answer: " + what + "\"}\n";
+      }
+      size_t sent = 0;
+      while (sent < reply.size()) {
+        ssize_t w = send(kChildSocketFd, reply.data() + sent, reply.size() - sent, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return 0;  // the parent is gone
+        sent += static_cast<size_t>(w);
+      }
+    }
+    ssize_t r = recv(kChildSocketFd, buf, sizeof(buf), 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return 0;
+    pending.append(buf, static_cast<size_t>(r));
+  }
+}
+
+}  // namespace coverage::runners

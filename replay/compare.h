@@ -1,0 +1,36 @@
+// Output comparison: one backend output against the CPU reference, judged
+// with the fp64 golden when there is one. Internal to replay/ (torch types).
+// See Note [Tolerances] in compare.cc.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include "core/outcome.h"
+#include "replay/compare_options.h"
+
+namespace coverage::runners {
+
+struct TensorComparison {
+  Outcome outcome = Outcome::kPass;
+  std::string message;         // why it is not a pass
+  int64_t elements = 0;
+  int64_t mismatched = 0;      // outside tolerance (finite positions)
+  int64_t nonfinite_diff = 0;  // NaN/Inf pattern differs from the reference
+  double max_abs_err = 0;      // vs reference
+  double max_rel_err = 0;      // vs reference
+  double cosine = 1;           // vs reference
+  std::optional<double> error_ratio;  // backend error / CPU error, vs golden
+  bool values_compared = true;        // false: shape and dtype only
+};
+
+// Compares `backend` (any device) with `reference` (CPU). `golden` is the
+// fp64 result on CPU, or undefined when the op has none. When
+// `values_meaningful` is false (uninitialised or random outputs) only shape
+// and dtype are checked.
+TensorComparison CompareTensors(const at::Tensor& backend, const at::Tensor& reference, const at::Tensor& golden,
+                                Tolerance tolerance, double multiplier, bool values_meaningful);
+
+}  // namespace coverage::runners

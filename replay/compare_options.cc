@@ -1,0 +1,110 @@
+#include "replay/compare_options.h"
+
+#include <nlohmann/json.hpp>
+
+namespace coverage::runners {
+namespace {
+
+using nlohmann::json;
+
+const OpToleranceOverride* FindOverride(const ComparisonOptions& o, std::string_view op, std::string_view overload) {
+  if (!overload.empty()) {
+    auto it = o.per_op.find(std::string(op) + "." + std::string(overload));
+    if (it != o.per_op.end()) return &it->second;
+  }
+  auto it = o.per_op.find(std::string(op));
+  return it == o.per_op.end() ? nullptr : &it->second;
+}
+
+Status ParseDTypeTable(const json& j, const std::string& where, std::map<DType, Tolerance>* tol,
+                       std::map<DType, double>* mult) {
+  if (!j.is_object()) return Status::InvalidArgument(where + ": expected an object keyed by dtype");
+  for (const auto& [name, v] : j.items()) {
+    auto dtype = DTypeFromName(name);
+    if (!dtype) return Status::InvalidArgument(where + ": unknown dtype '" + name + "' (use f32, bf16, f16, f64, ...)");
+    const std::string here = where + "." + name;
+    if (!v.is_object()) return Status::InvalidArgument(here + ": expected {\"rtol\": .., \"atol\": .., \"multiplier\": ..}");
+    for (const auto& [field, value] : v.items()) {
+      if (field != "rtol" && field != "atol" && field != "multiplier") {
+        return Status::InvalidArgument(here + ": unknown field '" + field + "'");
+      }
+      if (!value.is_number() || value.get<double>() < 0) {
+        return Status::InvalidArgument(here + "." + field + ": expected a non-negative number");
+      }
+    }
+    if (v.contains("rtol") || v.contains("atol")) {
+      Tolerance t = (*tol)[*dtype];
+      t.rtol = v.value("rtol", t.rtol);
+      t.atol = v.value("atol", t.atol);
+      (*tol)[*dtype] = t;
+    }
+    if (v.contains("multiplier")) (*mult)[*dtype] = v["multiplier"].get<double>();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Tolerance ComparisonOptions::For(std::string_view op, std::string_view overload, DType dtype) const {
+  if (const auto* o = FindOverride(*this, op, overload)) {
+    auto it = o->tolerances.find(dtype);
+    if (it != o->tolerances.end()) return it->second;
+  }
+  auto it = tolerances.find(dtype);
+  return it == tolerances.end() ? Tolerance{0, 0} : it->second;
+}
+
+double ComparisonOptions::MultiplierFor(std::string_view op, std::string_view overload, DType dtype) const {
+  if (const auto* o = FindOverride(*this, op, overload)) {
+    auto it = o->multipliers.find(dtype);
+    if (it != o->multipliers.end()) return it->second;
+  }
+  auto it = multipliers.find(dtype);
+  return it == multipliers.end() ? default_multiplier : it->second;
+}
+
+Result<ComparisonOptions> ComparisonOptions::FromJson(std::string_view text, std::string_view source_name) {
+  const std::string src(source_name);
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return Status::InvalidArgument(src + ": not valid JSON");
+  if (!j.is_object()) return Status::InvalidArgument(src + ": expected a JSON object");
+  ComparisonOptions o;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "comment" || key == "source") continue;
+    if (key == "default_multiplier") {
+      if (!value.is_number() || value.get<double>() < 1) {
+        return Status::InvalidArgument(src + ": default_multiplier must be a number >= 1");
+      }
+      o.default_multiplier = value.get<double>();
+    } else if (key == "dtypes") {
+      COV_RETURN_IF_ERROR(ParseDTypeTable(value, src + ": dtypes", &o.tolerances, &o.multipliers));
+    } else if (key == "ops") {
+      if (!value.is_object()) return Status::InvalidArgument(src + ": ops: expected an object keyed by op name");
+      for (const auto& [op, table] : value.items()) {
+        if (op.find("::") == std::string::npos) {
+          return Status::InvalidArgument(src + ": ops: '" + op + "' must be a qualified name such as aten::" + op);
+        }
+        OpToleranceOverride ov;
+        ov.tolerances = o.tolerances;  // partial overrides start from the defaults
+        ov.multipliers = o.multipliers;
+        json dtypes = table;
+        if (table.is_object() && table.contains("dtypes")) {
+          for (const auto& [field, v] : table.items()) {
+            if (field == "dtypes" || field == "comment") continue;
+            if (field == "reason" && v.is_string()) continue;
+            return Status::InvalidArgument(src + ": ops." + op + ": unknown field '" + field +
+                                           "' (expected dtypes, reason, comment)");
+          }
+          dtypes = table["dtypes"];
+        }
+        COV_RETURN_IF_ERROR(ParseDTypeTable(dtypes, src + ": ops." + op, &ov.tolerances, &ov.multipliers));
+        o.per_op[op] = std::move(ov);
+      }
+    } else {
+      return Status::InvalidArgument(src + ": unknown key '" + key + "' (expected dtypes, ops, default_multiplier)");
+    }
+  }
+  return o;
+}
+
+}  // namespace coverage::runners

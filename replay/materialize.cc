@@ -1,0 +1,461 @@
+#include "replay/materialize.h"
+
+#include <algorithm>
+#include <cstring>
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "backends/dtype_map.h"
+
+namespace coverage::runners {
+namespace {
+
+// Note [Value domains]
+// ~~~~~~~~~~~~~~~~~~~~
+// A replayed input must keep the op valid and meaningful:
+//  * Float tensors are drawn uniformly from a range picked by the domain
+//    recorded at capture (the tracer looks at the real values, domain_of
+//    in capture/tracer/coverage_tracer/encode.py):
+//    real -> [-1, 1), nonneg -> [0, 2), positive -> [0.5, 2), unit -> [0, 1).
+//    So the variance fed to rsqrt stays >= 0 and a divisor stays away from 0.
+//  * Additive attention masks (domain "mask": zeros and -inf) are replayed as
+//    a causal mask over the last two dimensions (row i sees columns
+//    <= i + cols - rows), so softmax rows never become all -inf. A mask
+//    recorded with non-contiguous strides is replayed as zeros (no masking).
+//  * Integer tensors are drawn uniformly from [lo, hi), the coarsened range
+//    recorded at capture (zero only where zero was seen,
+//    never above the largest value seen). On top of
+//    that, ops whose integer argument indexes a dimension clamp the range to
+//    that dimension's size (IndexRules below), so index tensors always lie
+//    inside the indexed dimension even for hand-written cases.
+//  * Bool tensors get a fixed pseudo-random pattern (about half true).
+// All values come from one pool of 4M uniform floats generated once with a
+// fixed SplitMix64 stream; a tensor starts at a pool offset derived from its
+// spec, its rank among the case's arguments with the same spec, and the seed.
+// So inputs are deterministic, differ between arguments, cost one pass to
+// make, and are identical (and cached) wherever the same spec recurs.
+
+constexpr size_t kPoolBits = 22;
+constexpr size_t kPoolSize = size_t{1} << kPoolBits;
+constexpr size_t kPoolMask = kPoolSize - 1;
+
+uint64_t SplitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+const std::vector<float>& Pool() {
+  static const std::vector<float> pool = [] {
+    std::vector<float> p(kPoolSize);
+    uint64_t state = 0x5eed5eed5eedULL;
+    for (auto& v : p) v = static_cast<float>(SplitMix64(state) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    return p;
+  }();
+  return pool;
+}
+
+// Fills `n` elements at `out` with pool[offset + i] * scale + shift,
+// computed in C (float or double) and stored as T. Split into fixed chunks
+// across ATen's intra-op threads: making inputs is a memory-bound pass, and
+// on big weights it was most of the harness overhead (bench/README.md).
+template <typename T, typename C = float>
+void FillAffine(T* out, int64_t n, uint64_t offset, double scale, double shift) {
+  const float* pool = Pool().data();
+  const C s = static_cast<C>(scale), b = static_cast<C>(shift);
+  constexpr int64_t kChunk = 1 << 16;
+  at::parallel_for(0, n, kChunk, [&](int64_t begin, int64_t end) {
+    int64_t i = begin;
+    size_t pos = (offset + static_cast<uint64_t>(begin)) & kPoolMask;
+    while (i < end) {
+      const int64_t len = std::min<int64_t>(end - i, static_cast<int64_t>(kPoolSize - pos));
+      T* dst = out + i;
+      const float* src = pool + pos;
+      for (int64_t k = 0; k < len; ++k) dst[k] = static_cast<T>(static_cast<C>(src[k]) * s + b);
+      i += len;
+      pos = 0;
+    }
+  });
+}
+
+std::pair<double, double> AffineFor(ValueDomain::Kind kind) {
+  switch (kind) {
+    case ValueDomain::Kind::kNonNegative: return {2.0, 0.0};
+    case ValueDomain::Kind::kPositive: return {1.5, 0.5};
+    case ValueDomain::Kind::kUnit: return {1.0, 0.0};
+    default: return {2.0, -1.0};
+  }
+}
+
+at::Tensor CausalMask(const TensorSpec& spec) {
+  auto opts = at::TensorOptions().dtype(at::kFloat);
+  const auto& shape = spec.shape;
+  if (shape.size() < 2) return at::zeros(shape, opts);
+  int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  at::Tensor keep = at::ones({rows, cols}, opts.dtype(at::kBool)).tril(cols - rows);
+  at::Tensor mask = at::zeros({rows, cols}, opts).masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
+  return mask.expand(shape).contiguous();
+}
+
+// Makes the storage base (contiguous, StorageNumel elements) for one tensor.
+at::Tensor MakeBase(const TensorSpec& spec, uint64_t offset) {
+  const int64_t n = spec.StorageNumel();
+  const c10::ScalarType st = ToScalarType(spec.dtype);
+  const ValueDomain& d = spec.domain;
+  if (d.kind == ValueDomain::Kind::kMask && IsFloatingDType(spec.dtype)) {
+    if (spec.IsContiguous()) return CausalMask(spec).reshape({-1}).to(st);
+    return at::zeros({n}, at::TensorOptions().dtype(st));
+  }
+  if (spec.dtype == DType::kBool) {
+    at::Tensor u = at::empty({n}, at::kFloat);
+    FillAffine(u.data_ptr<float>(), n, offset, 1.0, 0.0);
+    return u.lt(0.5);
+  }
+  if (IsIntegralDType(spec.dtype) || d.kind == ValueDomain::Kind::kInteger) {
+    int64_t lo = d.kind == ValueDomain::Kind::kInteger ? d.lo : 0;
+    int64_t hi = d.kind == ValueDomain::Kind::kInteger ? d.hi : 16;
+    at::Tensor u = at::empty({n}, at::kDouble);
+    FillAffine<double, double>(u.data_ptr<double>(), n, offset, static_cast<double>(hi - lo), static_cast<double>(lo));
+    return u.floor_().clamp_(static_cast<double>(lo), static_cast<double>(hi - 1)).to(st);
+  }
+  auto [scale, shift] = AffineFor(d.kind);
+  if (st == at::kDouble) {
+    at::Tensor t = at::empty({n}, at::kDouble);
+    FillAffine<double, double>(t.data_ptr<double>(), n, offset, scale, shift);
+    return t;
+  }
+  if (st == at::kBFloat16) {
+    at::Tensor t = at::empty({n}, at::kBFloat16);
+    FillAffine(t.data_ptr<c10::BFloat16>(), n, offset, scale, shift);
+    return t;
+  }
+  if (st == at::kHalf) {
+    at::Tensor t = at::empty({n}, at::kHalf);
+    FillAffine(t.data_ptr<c10::Half>(), n, offset, scale, shift);
+    return t;
+  }
+  at::Tensor t = at::empty({n}, at::kFloat);
+  FillAffine(t.data_ptr<float>(), n, offset, scale, shift);
+  if (spec.dtype == DType::kComplex64 || spec.dtype == DType::kComplex128) {
+    return at::complex(t, t.flip({0})).to(st);
+  }
+  return st == at::kFloat ? t : t.to(st);
+}
+
+int64_t NormaliseDim(int64_t dim, size_t rank) {
+  return dim < 0 ? dim + static_cast<int64_t>(rank) : dim;
+}
+
+// Clamps the integer range of `index` to [0, size) (or [-size, size) when
+// negative indices are allowed).
+void ClampIndex(TensorSpec& index, int64_t size, bool allow_negative) {
+  if (index.domain.kind != ValueDomain::Kind::kInteger || size <= 0) return;
+  index.domain.hi = std::min(index.domain.hi, size);
+  index.domain.lo = std::max(index.domain.lo, allow_negative ? -size : int64_t{0});
+  if (index.domain.hi <= index.domain.lo) index.domain.hi = index.domain.lo + 1;
+}
+
+Argument* FindArg(OpCase& c, std::string_view name) {
+  for (auto& a : c.args) {
+    if (a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+// See Note [Value domains]: integer arguments that index a dimension.
+void IndexRules(OpCase& c) {
+  auto tensor = [&](std::string_view name) -> TensorSpec* {
+    Argument* a = FindArg(c, name);
+    return a && a->kind == Argument::Kind::kTensor ? &a->tensor : nullptr;
+  };
+  auto dim_size = [&](TensorSpec* t, int64_t dim) -> int64_t {
+    if (!t || t->shape.empty()) return 0;
+    int64_t d = NormaliseDim(dim, t->shape.size());
+    return d >= 0 && d < static_cast<int64_t>(t->shape.size()) ? t->shape[d] : 0;
+  };
+  const std::string& op = c.op;
+  if (op == "aten::embedding" || op == "aten::embedding_bag" || op == "aten::_embedding_bag") {
+    if (auto* idx = tensor("indices")) ClampIndex(*idx, dim_size(tensor("weight"), 0), false);
+    return;
+  }
+  static const char* kDimIndexed[] = {"aten::index_select", "aten::gather",     "aten::scatter",
+                                      "aten::scatter_",     "aten::scatter_add", "aten::scatter_add_",
+                                      "aten::scatter_reduce", "aten::index_add", "aten::index_add_",
+                                      "aten::index_copy",   "aten::index_copy_", "aten::index_fill",
+                                      "aten::index_fill_",  "aten::take_along_dim"};
+  for (const char* name : kDimIndexed) {
+    if (op != name) continue;
+    Argument* dim = FindArg(c, "dim");
+    TensorSpec* idx = tensor("index");
+    if (!idx) idx = tensor("indices");
+    int64_t d = dim && dim->kind == Argument::Kind::kInt ? dim->i : 0;
+    if (idx) ClampIndex(*idx, dim_size(tensor("self"), d), false);
+    return;
+  }
+  if (op == "aten::index" || op == "aten::index_put" || op == "aten::index_put_" || op == "aten::_index_put_impl_") {
+    Argument* indices = FindArg(c, "indices");
+    TensorSpec* self = tensor("self");
+    if (!indices || !self) return;
+    for (size_t i = 0; i < indices->tensors.size(); ++i) {
+      auto& t = indices->tensors[i];
+      if (t && t->dtype != DType::kBool) ClampIndex(*t, dim_size(self, static_cast<int64_t>(i)), true);
+    }
+    return;
+  }
+  if (op == "aten::nll_loss" || op == "aten::nll_loss_nd" || op == "aten::nll_loss2d" ||
+      op == "aten::cross_entropy_loss" || op == "aten::nll_loss_forward") {
+    TensorSpec* self = tensor("self");
+    TensorSpec* target = tensor("target");
+    if (self && target) ClampIndex(*target, dim_size(self, self->shape.size() >= 2 ? 1 : 0), false);
+  }
+}
+
+bool IsOptionalTensorList(const c10::Argument& arg) {
+  auto list = arg.type()->cast<c10::ListType>();
+  return list && list->getElementType()->kind() == c10::TypeKind::OptionalType;
+}
+
+}  // namespace
+
+uint64_t Fingerprint(const at::Tensor& t) {
+  const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+  const int64_t nbytes = static_cast<int64_t>(t.nbytes());
+  const int64_t words = nbytes / 8;
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (words + kChunk - 1) / kChunk;
+  std::vector<uint64_t> parts(static_cast<size_t>(std::max<int64_t>(chunks, 1)), 0);
+  at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t c = first; c < last; ++c) {
+      uint64_t h = 0;
+      for (int64_t i = c * kChunk; i < std::min(words, (c + 1) * kChunk); ++i) {
+        uint64_t w;
+        std::memcpy(&w, bytes + 8 * i, 8);
+        h += (w ^ static_cast<uint64_t>(i)) * 0x9e3779b97f4a7c15ULL;
+        h = (h << 7) | (h >> 57);
+      }
+      parts[c] = h;
+    }
+  });
+  uint64_t h = static_cast<uint64_t>(nbytes);
+  for (uint64_t p : parts) h = (h ^ p) * 0x100000001b3ULL;
+  for (int64_t i = words * 8; i < nbytes; ++i) h = (h ^ bytes[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+InputCache::Entry InputCache::GetOrMake(const std::string& key, const std::function<at::Tensor()>& make) {
+  auto it = index_.find(key);
+  if (it != index_.end()) {
+    ++hits_;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return *it->second;
+  }
+  ++misses_;
+  Entry entry{key, make(), 0};
+  const int64_t size = static_cast<int64_t>(entry.base.nbytes());
+  if (size > budget_) return entry;  // too big to keep
+  lru_.push_front(entry);
+  index_[key] = lru_.begin();
+  bytes_ += size;
+  while (bytes_ > budget_ && !lru_.empty()) {
+    bytes_ -= static_cast<int64_t>(lru_.back().base.nbytes());
+    index_.erase(lru_.back().key);
+    lru_.pop_back();
+  }
+  return entry;
+}
+
+void InputCache::SetFingerprint(const std::string& key, uint64_t fingerprint) {
+  auto it = index_.find(key);
+  if (it != index_.end()) it->second->fingerprint = fingerprint;
+}
+
+void InputCache::Evict(const std::string& key) {
+  auto it = index_.find(key);
+  if (it == index_.end()) return;
+  bytes_ -= static_cast<int64_t>(it->second->base.nbytes());
+  lru_.erase(it->second);
+  index_.erase(it);
+}
+
+at::Tensor MaterializedCase::MakeView(int id, c10::Device device, bool fresh, bool to_double, bool verify) {
+  TensorInput& in = tensors_[id];
+  const TensorSpec& spec = in.spec;
+  at::ScalarType target = ToScalarType(spec.dtype);
+  if (to_double) {
+    if (IsFloatingDType(spec.dtype)) target = at::kDouble;
+    if (spec.dtype == DType::kComplex64) target = at::kComplexDouble;
+  }
+  const std::string cache_key = std::to_string(id) + "/" + device.str() + "/" + c10::toString(target);
+  at::Tensor base;
+  for (const auto& [k, t] : cache_) {
+    if (k == cache_key) base = t;
+  }
+  if (!base.defined()) {
+    base = in.base.to(device, target);  // the base itself when nothing changes
+    cache_.emplace_back(cache_key, base);
+  }
+  if (fresh) {
+    base = base.clone();
+  } else if (verify && base.is_same(in.base) && !in.shared_with_backend) {
+    // The backend reads the shared storage in place (copying it could cost
+    // more than the op); VerifyReadOnlyInputs checks it afterwards.
+    in.shared_with_backend = true;
+    if (in.fingerprint == 0) {
+      in.fingerprint = Fingerprint(in.base);
+      if (cache_ptr_ && !in.cache_key.empty()) cache_ptr_->SetFingerprint(in.cache_key, in.fingerprint);
+    }
+  }
+  return base.as_strided(spec.shape, spec.strides, spec.storage_offset);
+}
+
+Status MaterializedCase::VerifyReadOnlyInputs() {
+  std::string changed;
+  for (auto& in : tensors_) {
+    if (!in.shared_with_backend) continue;
+    if (Fingerprint(in.base) == in.fingerprint) continue;
+    // Every changed storage leaves the cache, so no later case reads it.
+    if (cache_ptr_ && !in.cache_key.empty()) cache_ptr_->Evict(in.cache_key);
+    changed += (changed.empty() ? "'" : ", '") + in.arg_name + "'";
+  }
+  if (changed.empty()) return Status::Ok();
+  return Status::InvalidArgument("the backend wrote into argument " + changed + ", which the schema of " +
+                                 op_case_.QualifiedName() + " marks read-only");
+}
+
+Result<std::vector<c10::IValue>> MaterializedCase::Build(c10::Device device, bool to_double, bool verify) {
+  std::vector<c10::IValue> out;
+  out.reserve(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    const Argument& a = op_case_.args[slot.arg_index];
+    const bool fresh_here = mutated_[i];
+    switch (a.kind) {
+      case Argument::Kind::kNone: out.emplace_back(); break;
+      case Argument::Kind::kTensor: out.emplace_back(MakeView(slot.tensor_ids[0], device, fresh_here, to_double, verify)); break;
+      case Argument::Kind::kTensorList: {
+        if (slot.optional_list) {
+          c10::List<std::optional<at::Tensor>> list;
+          for (int id : slot.tensor_ids) {
+            list.push_back(id < 0 ? std::optional<at::Tensor>() : std::optional<at::Tensor>(MakeView(id, device, fresh_here, to_double, verify)));
+          }
+          out.emplace_back(std::move(list));
+        } else {
+          std::vector<at::Tensor> list;
+          for (int id : slot.tensor_ids) {
+            if (id < 0) return Status::InvalidArgument(op_case_.QualifiedName() + ": argument '" + a.name + "' is a Tensor[] with a None item");
+            list.push_back(MakeView(id, device, fresh_here, to_double, verify));
+          }
+          out.emplace_back(std::move(list));
+        }
+        break;
+      }
+      default: out.push_back(NonTensorIValue(a, device)); break;
+    }
+  }
+  return out;
+}
+
+c10::IValue NonTensorIValue(const Argument& a, c10::Device device) {
+  switch (a.kind) {
+    case Argument::Kind::kInt: return a.i;
+    case Argument::Kind::kDouble: return a.d;
+    case Argument::Kind::kBool: return a.b;
+    case Argument::Kind::kString: return a.s;
+    case Argument::Kind::kIntList: return a.ints;
+    case Argument::Kind::kDoubleList: return a.doubles;
+    case Argument::Kind::kBoolList: {
+      c10::List<bool> list;
+      for (bool b : a.bools) list.push_back(b);
+      return list;
+    }
+    case Argument::Kind::kDevice: return device;
+    default: return c10::IValue();  // None; tensors are the caller's
+  }
+}
+
+// A stable text form of the spec (shape, strides, offset, dtype, domain).
+static std::string SpecKey(const TensorSpec& t) {
+  std::string k(DTypeName(t.dtype));
+  for (int64_t s : t.shape) k += "," + std::to_string(s);
+  k += "|";
+  for (int64_t s : t.strides) k += "," + std::to_string(s);
+  k += "|" + std::to_string(t.storage_offset) + "|" + std::string(ValueDomainKindName(t.domain.kind));
+  if (t.domain.kind == ValueDomain::Kind::kInteger) k += std::to_string(t.domain.lo) + ":" + std::to_string(t.domain.hi);
+  return k;
+}
+
+at::Tensor MakeTensor(const TensorSpec& spec, std::string_view name, uint64_t seed) {
+  const std::string key = std::string(name) + "|" + SpecKey(spec) + "@" + std::to_string(seed);
+  uint64_t state = 0xcbf29ce484222325ULL;
+  for (unsigned char ch : key) state = (state ^ ch) * 0x100000001b3ULL;
+  const uint64_t offset = SplitMix64(state);
+  return MakeBase(spec, offset).as_strided(spec.shape, spec.strides, spec.storage_offset);
+}
+
+Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::FunctionSchema& schema, uint64_t seed,
+                                     InputCache* cache) {
+  MaterializedCase m;
+  m.op_case_ = input_case;
+  m.cache_ptr_ = cache;
+  IndexRules(m.op_case_);
+  const auto& schema_args = schema.arguments();
+  if (schema_args.size() != m.op_case_.args.size()) {
+    return Status::InvalidArgument(input_case.QualifiedName() + ": case has " + std::to_string(input_case.args.size()) +
+                                   " arguments but the schema '" + c10::toString(schema) + "' has " +
+                                   std::to_string(schema_args.size()));
+  }
+  std::unordered_map<std::string, int> rank;  // how often a spec occurred so far in this case
+  for (size_t i = 0; i < schema_args.size(); ++i) {
+    const Argument& a = m.op_case_.args[i];
+    MaterializedCase::Slot slot;
+    slot.arg_index = i;
+    slot.optional_list = IsOptionalTensorList(schema_args[i]);
+    const auto* alias = schema_args[i].alias_info();
+    m.mutated_.push_back(alias != nullptr && alias->isWrite());
+    auto add_tensor = [&](const TensorSpec& spec) -> Status {
+      if (spec.strides.size() != spec.shape.size()) {
+        return Status::InvalidArgument(input_case.QualifiedName() + ": argument '" + a.name + "' has mismatched shape and strides");
+      }
+      for (int64_t s : spec.strides) {
+        if (s < 0) return Status::InvalidArgument(input_case.QualifiedName() + ": argument '" + a.name + "' has a negative stride");
+      }
+      const std::string key = SpecKey(spec) + "#" + std::to_string(rank[SpecKey(spec)]++) + "@" + std::to_string(seed);
+      uint64_t state = 0xcbf29ce484222325ULL;  // FNV-1a: portable, unlike std::hash
+      for (unsigned char ch : key) state = (state ^ ch) * 0x100000001b3ULL;
+      const uint64_t offset = SplitMix64(state);
+      MaterializedCase::TensorInput in;
+      if (cache) {
+        InputCache::Entry e = cache->GetOrMake(key, [&] { return MakeBase(spec, offset); });
+        in.base = std::move(e.base);
+        in.fingerprint = e.fingerprint;
+        in.cache_key = key;
+      } else {
+        in.base = MakeBase(spec, offset);
+      }
+      in.spec = spec;
+      in.arg_name = a.name;
+      m.tensors_.push_back(std::move(in));
+      slot.tensor_ids.push_back(static_cast<int>(m.tensors_.size() - 1));
+      return Status::Ok();
+    };
+    if (a.kind == Argument::Kind::kTensor) {
+      COV_RETURN_IF_ERROR(add_tensor(a.tensor));
+    } else if (a.kind == Argument::Kind::kTensorList) {
+      for (const auto& t : a.tensors) {
+        if (t) {
+          COV_RETURN_IF_ERROR(add_tensor(*t));
+        } else {
+          slot.tensor_ids.push_back(-1);
+        }
+      }
+    }
+    m.slots_.push_back(std::move(slot));
+  }
+  return m;
+}
+
+}  // namespace coverage::runners

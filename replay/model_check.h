@@ -1,0 +1,62 @@
+// Verdicts of the model-level stages (module, model, train): the options
+// they are judged with and the item each check yields. Program replay
+// (program_replay.h) produces them; the stage loop (stages/model_stage.h)
+// stores them; worker processes (isolation/isolation.h) send them as JSON.
+// The rules are Note [Model verdicts] and Note [Reproducible training] in
+// model_check.cc.
+//
+// Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/outcome.h"
+#include "core/result.h"
+#include "replay/compare_options.h"
+#include "replay/replay.h"
+
+namespace coverage::runners {
+
+struct ModelCheckOptions {
+  uint64_t seed = 0;
+  ComparisonOptions comparison;              // the unit stage's tolerances
+  GoldenMode golden = GoldenMode::kWhenNeeded;
+  double min_cosine = 0.99;                  // of the flattened outputs
+  int64_t top_k = 5;                         // language models: the backend's top-1 token
+  double min_topk_agreement = 0.99;          //   must be in the reference's top-k at this share of positions
+  // Training: the captured step (forward, loss, backward, optimizer) replayed
+  // this many times, parameters carried over.
+  int train_steps = 3;
+  double loss_rtol = 1e-3;                   // per step, relative to the reference loss (fp32;
+                                             // 16-bit profiles use 10x)
+  double grad_norm_rtol = 1e-3;              // each parameter's gradient norm, every step (likewise)
+  double param_update_rtol = 0.05;           // ||p_backend - p_ref|| / ||p_ref - p_initial|| after the last step
+};
+
+struct ModelCheckItem {
+  std::string item;  // a module path ("model.layers.0.mlp"), "forward" or "train"
+  Outcome outcome = Outcome::kPass;
+  std::string error;  // why it is not a pass
+  double max_abs_err = 0;
+  double max_rel_err = 0;
+  double cosine = 1;
+  std::optional<double> error_ratio;  // vs the fp64 golden, when it ran
+  bool values_compared = false;       // the metrics above mean something (not for errors and skips)
+  nlohmann::json detail = nlohmann::json::object();  // first divergent call, top-k, losses, grad norms, replay counts
+  double seconds = 0;
+  // Reruns (isolation/isolation.h): the outcome above is the first attempt's.
+  int attempts = 1;
+  bool flaky = false;
+  std::vector<Outcome> attempt_outcomes;
+};
+
+// JSON forms, for worker messages.
+nlohmann::json ModelCheckItemToJson(const ModelCheckItem& item);
+Result<ModelCheckItem> ModelCheckItemFromJson(const nlohmann::json& j);
+
+}  // namespace coverage::runners

@@ -1,0 +1,91 @@
+// Program replay: a captured program (core/program.h) run call by call on a
+// backend under test and on the CPU reference, through the same
+// Backend::Execute as the unit stage. What an eager backend sees when the
+// model runs on it, for any architecture the tracer captured, without a
+// C++ copy of the model. See Note [Program replay] in program_replay.cc.
+//
+// Torch-free interface. Nothing here throws: a backend failure is an Outcome.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/program.h"
+#include "replay/model_check.h"
+
+namespace coverage::runners {
+
+class Backend;
+
+struct ProgramReplayOptions {
+  // Seed, tolerances, golden mode, cosine and top-k thresholds: the model
+  // stage's (Note [Model verdicts]).
+  ModelCheckOptions check;
+  // When the free-running replay fails, replay again feeding every call the
+  // reference's inputs to find the first call that misses its tolerance.
+  bool locate_first_divergent = true;
+};
+
+// The whole program free-running on the backend (backend outputs feed later
+// calls), judged on the program's outputs: the values no later call reads.
+// The item is "forward"; its detail holds "first_divergent" (call index, op,
+// op case key, module, phase, outcome, message) when the replay failed and a
+// call could be blamed, and "replay" (calls run, peak live bytes, ...).
+ModelCheckItem ReplayProgram(const Program& program, Backend& backend, const ProgramReplayOptions& options);
+
+// Modules' own calls (those whose module path is exactly the module; its
+// sub-modules are modules of their own) on the backend, each module fed the
+// reference's values at its boundary, judged on the values it hands to calls
+// outside it: one item per module, named by its path, from one pass of the
+// program. A failure inside a module is that module's item; the others are
+// then skipped as not reached.
+std::vector<ModelCheckItem> ReplayModules(const Program& program, const std::vector<std::string>& modules,
+                                          Backend& backend, const ProgramReplayOptions& options);
+ModelCheckItem ReplayModule(const Program& program, const std::string& module, Backend& backend,
+                            const ProgramReplayOptions& options);
+
+// The training program (forward, loss, backward, optimizer) replayed
+// options.check.train_steps times, parameters carried over, judged as the
+// train stage judges (Note [Model verdicts], Note [Reproducible training]):
+// each step's loss, each gradient's norm, and the parameters after the last
+// step against how far the reference's moved. The item is "train".
+ModelCheckItem ReplayTraining(const Program& program, Backend& backend, const ProgramReplayOptions& options);
+
+// The module paths a module stage checks: the first instance of each module
+// kind (the path with its layer indices dropped: model.layers.0.mlp and
+// model.layers.1.mlp are one kind) that made calls of its own in the
+// forward phase, in program order.
+std::vector<std::string> ModuleKinds(const Program& program);
+
+// One model-level stage of one captured program: "module" (ReplayModules
+// over ModuleKinds), "model" (ReplayProgram) or "train" (ReplayTraining).
+std::vector<ModelCheckItem> RunProgramStage(const std::string& stage, const Program& program, Backend& backend,
+                                            const ProgramReplayOptions& options);
+
+// The seam the model stages (stages/model_stage.h) talk to: in this process
+// (InProcessProgramStageRunner) or in a worker (isolation.h), which loads the
+// program from the registry itself.
+class ProgramStageRunner {
+ public:
+  virtual ~ProgramStageRunner() = default;
+  virtual std::vector<ModelCheckItem> Run(const std::string& stage, const std::string& model_id,
+                                          const std::string& profile, const Program& program) = 0;
+  // A failure of the harness itself (a worker that cannot start); the stage
+  // loop stops with it and does not store the last Run's items.
+  virtual Status HarnessStatus() const { return Status::Ok(); }
+};
+
+class InProcessProgramStageRunner final : public ProgramStageRunner {
+ public:
+  InProcessProgramStageRunner(Backend& backend, ProgramReplayOptions options)
+      : backend_(backend), options_(std::move(options)) {}
+  std::vector<ModelCheckItem> Run(const std::string& stage, const std::string& model_id, const std::string& profile,
+                                  const Program& program) override;
+
+ private:
+  Backend& backend_;
+  ProgramReplayOptions options_;
+};
+
+}  // namespace coverage::runners

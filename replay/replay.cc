@@ -1,0 +1,369 @@
+#include "replay/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string_view>
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "backends/backend.h"
+#include "backends/backends.h"
+#include "replay/compare.h"
+#include "backends/dtype_map.h"
+#include "replay/materialize.h"
+
+namespace coverage::runners {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Micros(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+void Flatten(const c10::IValue& v, std::vector<c10::IValue>* out) {
+  if (v.isTensor() || v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble()) {
+    out->push_back(v);
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorVector()) out->emplace_back(t);
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) Flatten(e, out);
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) Flatten(e, out);
+  } else if (v.isIntList()) {
+    for (int64_t i : v.toIntVector()) out->emplace_back(i);
+  } else if (v.isNone()) {
+    out->emplace_back();
+  }
+}
+
+// The values an op produced: its returns, or, for ops that return nothing,
+// the arguments it wrote to.
+std::vector<c10::IValue> Outputs(const torch::jit::Stack& after, const std::vector<c10::IValue>& inputs,
+                                 const std::vector<bool>& mutated) {
+  std::vector<c10::IValue> out;
+  for (const auto& v : after) Flatten(v, &out);
+  if (out.empty()) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (mutated[i]) Flatten(inputs[i], &out);
+    }
+  }
+  return out;
+}
+
+int Severity(Outcome o) {
+  switch (o) {
+    case Outcome::kPass: return 0;
+    case Outcome::kMismatch: return 1;
+    case Outcome::kNonFiniteMismatch: return 2;
+    case Outcome::kDtypeMismatch: return 3;
+    case Outcome::kShapeMismatch: return 4;
+    default: return 5;
+  }
+}
+
+bool HasFloatingTensor(const OpCase& c) {
+  for (const auto& a : c.args) {
+    if (a.kind == Argument::Kind::kTensor && IsFloatingDType(a.tensor.dtype) && a.tensor.dtype != DType::kFloat64) return true;
+    if (a.kind == Argument::Kind::kTensorList) {
+      for (const auto& t : a.tensors) {
+        if (t && IsFloatingDType(t->dtype) && t->dtype != DType::kFloat64) return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool ValuesMeaningful(const OpCase& c) {
+  static constexpr std::string_view kNeverMeaningful[] = {
+      "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+      "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like", "aten::randint", "aten::randint_like",
+      "aten::randperm", "aten::bernoulli", "aten::bernoulli_", "aten::multinomial", "aten::normal",
+      "aten::normal_", "aten::uniform_", "aten::exponential_", "aten::random_", "aten::_fused_dropout",
+      "aten::resize_", "aten::set_"};
+  for (auto op : kNeverMeaningful) {
+    if (c.op == op) return false;
+  }
+  if (c.op == "aten::dropout" || c.op == "aten::native_dropout" || c.op == "aten::feature_dropout" ||
+      c.op == "aten::alpha_dropout" || c.op == "aten::dropout_") {
+    for (const auto& a : c.args) {
+      if (a.name == "train" && a.kind == Argument::Kind::kBool) return !a.b;
+    }
+  }
+  return true;
+}
+
+bool LooksUnsupported(std::string_view msg) {
+  return msg.find("Could not run") != std::string_view::npos ||
+         msg.find("not implemented for") != std::string_view::npos ||
+         msg.find("NotImplementedError") != std::string_view::npos ||
+         msg.find("is not supported") != std::string_view::npos;
+}
+
+std::string FirstLine(std::string_view msg, size_t max_len) {
+  // c10::Error messages carry a C++ backtrace after the first lines.
+  std::string s(msg.substr(0, max_len));
+  auto pos = s.find("\nException raised from");
+  if (pos != std::string::npos) s.resize(pos);
+  return s;
+}
+
+bool HasSchema(const OpCase& op_case) {
+  return c10::Dispatcher::singleton().findSchema({op_case.op, op_case.overload}).has_value();
+}
+
+ReplayExecutor::ReplayExecutor(std::shared_ptr<Backend> backend, ReplayOptions options)
+    : backend_(std::move(backend)),
+      options_(std::move(options)),
+      cache_(options_.input_cache_bytes > 0 ? std::make_unique<InputCache>(options_.input_cache_bytes) : nullptr) {}
+ReplayExecutor::~ReplayExecutor() = default;
+
+CaseResult ReplayExecutor::Run(const OpCase& op_case) {
+  // Backend failures are handled inside RunCase; anything escaping it is a
+  // harness bug, recorded as an error of the case rather than ending the run.
+  try {
+    return RunCase(op_case);
+  } catch (const std::exception& e) {
+    CaseResult res;
+    res.outcome = Outcome::kError;
+    res.error = "internal error in coverage while replaying this case: " + FirstLine(e.what());
+    return res;
+  }
+}
+
+CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
+  const auto t_start = Clock::now();
+  CaseResult res;
+  auto finish = [&]() -> CaseResult {
+    res.timing.total_us = Micros(t_start, Clock::now());
+    return res;
+  };
+  auto handle = c10::Dispatcher::singleton().findSchema({op_case.op, op_case.overload});
+  if (!handle) {
+    res.outcome = Outcome::kSkipped;
+    res.error = fmt::format("no operator {} in this libtorch ({})", op_case.QualifiedName(), LibtorchVersion());
+    return finish();
+  }
+  const c10::OperatorHandle op = *handle;
+  c10::InferenceMode inference_mode;
+
+  auto t0 = Clock::now();
+  Result<MaterializedCase> materialized = Status::Internal("not materialised");
+  try {
+    materialized = Materialize(op_case, op.schema(), options_.seed, cache_.get());
+  } catch (const std::exception& e) {
+    materialized = Status::InvalidArgument(FirstLine(e.what()));
+  }
+  if (!materialized) {
+    res.outcome = Outcome::kSkipped;
+    res.error = "cannot materialise inputs: " + materialized.error().message();
+    return finish();
+  }
+  MaterializedCase& m = *materialized;
+  res.timing.materialize_us += Micros(t0, Clock::now());
+
+  const c10::Device cpu(c10::kCPU);
+  // Runs the op once on CPU with freshly built inputs.
+  auto run_cpu = [&](bool to_double, double* compute_us) -> std::vector<c10::IValue> {
+    auto tm = Clock::now();
+    auto inputs = m.Build(cpu, to_double, /*verify=*/false);
+    if (!inputs) throw std::runtime_error(inputs.error().message());
+    torch::jit::Stack stack = *inputs;
+    auto tc = Clock::now();
+    res.timing.materialize_us += Micros(tm, tc);
+    op.callBoxed(&stack);
+    *compute_us += Micros(tc, Clock::now());
+    return Outputs(stack, *inputs, m.mutated());
+  };
+
+  // fp64 golden: only meaningful for ops that compute on floating inputs.
+  std::vector<c10::IValue> golden;
+  bool golden_ok = false, golden_tried = false;
+  auto run_golden = [&]() {
+    if (golden_tried) return;
+    golden_tried = true;
+    if (options_.golden == GoldenMode::kNever || !HasFloatingTensor(op_case)) return;
+    try {
+      golden = run_cpu(/*to_double=*/true, &res.timing.golden_us);
+      golden_ok = true;
+    } catch (const std::exception&) {
+      golden_ok = false;  // e.g. no double kernel, or dtype arguments that forbid it
+    }
+  };
+  if (options_.golden == GoldenMode::kAlways) run_golden();
+
+  std::vector<c10::IValue> reference;
+  try {
+    reference = run_cpu(/*to_double=*/false, &res.timing.reference_us);
+  } catch (const std::exception& e) {
+    res.outcome = Outcome::kSkipped;
+    res.error = "the CPU reference cannot run this case: " + FirstLine(e.what());
+    return finish();
+  }
+
+  // Backend: first call, then warm repetitions.
+  std::vector<c10::IValue> produced;
+  std::vector<double> warm;
+  // Counter deltas cover every backend call of the case, placing inputs on
+  // the device included, and are kept when the backend fails.
+  const std::map<std::string, int64_t> counters_before = backend_->Counters();
+  auto record_counters = [&]() {
+    for (const auto& [name, after] : backend_->Counters()) {
+      auto it = counters_before.find(name);
+      const int64_t delta = after - (it == counters_before.end() ? 0 : it->second);
+      if (delta != 0) res.counters[name] = delta;
+    }
+  };
+  try {
+    const c10::Device device = backend_->device();
+    const bool verify = options_.always_verify_inputs || !backend_->RespectsReadOnlyInputs();
+    for (int iter = 0; iter <= options_.warm_iterations; ++iter) {
+      auto tm = Clock::now();
+      auto inputs = m.Build(device, /*to_double=*/false, verify);
+      if (!inputs) throw std::runtime_error(inputs.error().message());
+      torch::jit::Stack stack = *inputs;
+      auto tc = Clock::now();
+      res.timing.materialize_us += Micros(tm, tc);
+      backend_->Execute(op, &stack);
+      backend_->Synchronize();
+      const double us = Micros(tc, Clock::now());
+      res.timing.backend_us += us;
+      if (iter == 0) {
+        res.first_call_us = us;
+        produced = Outputs(stack, *inputs, m.mutated());
+      } else {
+        warm.push_back(us);
+      }
+    }
+  } catch (const std::exception& e) {
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const std::string msg = FirstLine(c10_error ? c10_error->what_without_backtrace() : e.what());
+    res.outcome = LooksUnsupported(msg) ? Outcome::kUnsupported : Outcome::kError;
+    res.error = msg;
+    record_counters();
+    // A backend may have written into shared inputs before it failed: check
+    // them now so that no damaged input stays cached for later cases.
+    if (Status intact = m.VerifyReadOnlyInputs(); !intact.ok()) res.error += "; " + intact.message();
+    return finish();
+  }
+  record_counters();
+  if (Status intact = m.VerifyReadOnlyInputs(); !intact.ok()) {
+    res.outcome = Outcome::kError;
+    res.error = intact.message();
+    return finish();
+  }
+  if (!warm.empty()) {
+    std::sort(warm.begin(), warm.end());
+    res.warm_us = warm[warm.size() / 2];
+    // Max - min rather than a percentile range: with the default 3 warm
+    // calls there is nothing between them.
+    if (warm.size() >= 2) res.warm_spread_us = warm.back() - warm.front();
+  }
+
+  // Compare.
+  auto tcmp = Clock::now();
+  nlohmann::json details = nlohmann::json::array();
+  if (produced.size() != reference.size()) {
+    res.outcome = Outcome::kShapeMismatch;
+    res.error = fmt::format("backend returned {} outputs, reference {}", produced.size(), reference.size());
+  } else {
+    const bool meaningful = ValuesMeaningful(op_case);
+    int worst = 0;
+    int64_t elements = 0, mismatched = 0;
+    double max_abs = 0, max_rel = 0, cosine = 1;
+    std::optional<double> ratio;
+    for (size_t i = 0; i < reference.size(); ++i) {
+      const c10::IValue& r = reference[i];
+      const c10::IValue& b = produced[i];
+      nlohmann::json d;
+      d["output"] = i;
+      Outcome o = Outcome::kPass;
+      std::string why;
+      if (r.isTensor() && b.isTensor()) {
+        const at::Tensor& rt = r.toTensor();
+        const DType dt = ToDType(rt.scalar_type()).value_or(DType::kFloat32);
+        const Tolerance tol = options_.comparison.For(op_case.op, op_case.overload, dt);
+        const double multiplier = options_.comparison.MultiplierFor(op_case.op, op_case.overload, dt);
+        auto golden_of = [&]() {
+          at::Tensor gt;
+          if (golden_ok && golden.size() == reference.size() && golden[i].isTensor()) gt = golden[i].toTensor();
+          return gt;
+        };
+        at::Tensor gt = golden_of();
+        TensorComparison c = CompareTensors(b.toTensor(), rt, gt, tol, multiplier, meaningful);
+        if (c.outcome == Outcome::kMismatch && !golden_tried) {
+          // Outside the reference tolerance: let the golden decide (rule (b)).
+          auto tg = Clock::now();
+          run_golden();
+          tcmp += Clock::now() - tg;  // golden time is compute, not comparison
+          gt = golden_of();
+          if (gt.defined()) c = CompareTensors(b.toTensor(), rt, gt, tol, multiplier, meaningful);
+        }
+        o = c.outcome;
+        why = c.message;
+        if (c.values_compared) {
+          elements += c.elements;
+          mismatched += c.mismatched + c.nonfinite_diff;
+          max_abs = std::max(max_abs, c.max_abs_err);
+          max_rel = std::max(max_rel, c.max_rel_err);
+          cosine = std::min(cosine, c.cosine);
+          if (c.error_ratio) ratio = std::max(ratio.value_or(0.0), *c.error_ratio);
+          d["max_abs_err"] = c.max_abs_err;
+          d["mismatched"] = c.mismatched;
+          d["elements"] = c.elements;
+        }
+        d["values_compared"] = c.values_compared;
+        d["golden"] = gt.defined();
+      } else if (r.isTensor() != b.isTensor() || r.isNone() != b.isNone()) {
+        o = Outcome::kDtypeMismatch;
+        why = fmt::format("backend returned {}, reference {}", b.tagKind(), r.tagKind());
+      } else if (r.isNone()) {
+        o = Outcome::kPass;
+      } else if ((r.isDouble() || r.isInt() || r.isBool()) && (b.isDouble() || b.isInt() || b.isBool())) {
+        auto number = [](const c10::IValue& v) {
+          return v.isDouble() ? v.toDouble() : v.isInt() ? static_cast<double>(v.toInt()) : (v.toBool() ? 1.0 : 0.0);
+        };
+        const double rv = number(r), bv = number(b);
+        const bool exact = !r.isDouble();
+        const Tolerance t = options_.comparison.For(op_case.op, op_case.overload, DType::kFloat64);
+        const bool close = exact ? bv == rv : std::fabs(bv - rv) <= t.atol + t.rtol * std::fabs(rv);
+        if (!close && !(std::isnan(bv) && std::isnan(rv))) {
+          o = Outcome::kMismatch;
+          why = fmt::format("scalar {} != reference {}", bv, rv);
+        }
+      } else if (r.tagKind() != b.tagKind()) {
+        o = Outcome::kDtypeMismatch;
+        why = fmt::format("backend returned {}, reference {}", b.tagKind(), r.tagKind());
+      } else if (!(r == b)) {  // complex numbers, strings: exact
+        o = Outcome::kMismatch;
+        why = fmt::format("backend returned a different {} than the reference", r.tagKind());
+      }
+      d["outcome"] = OutcomeName(o);
+      if (!why.empty()) d["message"] = why;
+      details.push_back(std::move(d));
+      if (Severity(o) > worst) {
+        worst = Severity(o);
+        res.outcome = o;
+        res.error = reference.size() > 1 ? fmt::format("output {}: {}", i, why) : why;
+      }
+    }
+    if (elements > 0) {
+      res.max_abs_err = max_abs;
+      res.max_rel_err = max_rel;
+      res.mismatch_frac = static_cast<double>(mismatched) / static_cast<double>(elements);
+      res.cosine = cosine;
+      res.error_ratio = ratio;
+    }
+  }
+  res.timing.compare_us = Micros(tcmp, Clock::now());
+  res.detail_json = nlohmann::json{{"outputs", details}, {"golden", golden_ok}}.dump();
+  return finish();
+}
+
+}  // namespace coverage::runners

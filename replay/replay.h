@@ -1,0 +1,83 @@
+// Replay: runs a captured OpCase on a backend and on the CPU reference and
+// judges the result. Torch-free interface; the implementation dispatches
+// through c10::Dispatcher (findSchemaOrThrow(...).callBoxed), so any ATen op
+// a model calls can be tested without a hand-written test.
+//
+// A backend failure is data: every exception from the backend becomes an
+// Outcome in the CaseResult (kError, or kUnsupported when the backend says it
+// has no kernel). A case the CPU reference itself cannot run is kSkipped with
+// the reason. Nothing here throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "core/case_result.h"
+#include "core/op_case.h"
+#include "replay/compare_options.h"
+
+namespace coverage::runners {
+
+class Backend;
+class InputCache;
+
+// When the fp64 golden runs (see Note [Tolerances] in compare.cc).
+enum class GoldenMode {
+  kNever,       // judge against the CPU reference only
+  kWhenNeeded,  // only when an output fails the reference tolerance: the golden
+                // then decides whether the backend is merely as inexact as the CPU
+  kAlways,      // for every case with floating inputs (records the error ratio everywhere)
+};
+
+struct ReplayOptions {
+  ComparisonOptions comparison;
+  int warm_iterations = 3;  // backend calls after the first; warm latency is their median
+  GoldenMode golden = GoldenMode::kWhenNeeded;
+  uint64_t seed = 0;        // mixed into every input's values
+  // Inputs made for one case are kept (LRU) for later cases with the same
+  // tensor spec, up to this many bytes (0 disables the cache).
+  int64_t input_cache_bytes = int64_t{2} << 30;
+  // Check read-only inputs after every backend run that read them in place,
+  // even for backends that declare RespectsReadOnlyInputs() (to measure it).
+  bool always_verify_inputs = false;
+};
+
+// Runs cases one at a time. Implementations may run cases in-process (this
+// one) or in a worker process; the CaseResult is the same either way.
+class CaseExecutor {
+ public:
+  virtual ~CaseExecutor() = default;
+  virtual CaseResult Run(const OpCase& op_case) = 0;
+  // A failure of the harness itself (a worker that cannot start); the stage
+  // stops with it and does not store the last Run's result.
+  virtual Status HarnessStatus() const { return Status::Ok(); }
+};
+
+class ReplayExecutor final : public CaseExecutor {
+ public:
+  ReplayExecutor(std::shared_ptr<Backend> backend, ReplayOptions options);
+  ~ReplayExecutor() override;
+  CaseResult Run(const OpCase& op_case) override;
+
+ private:
+  CaseResult RunCase(const OpCase& op_case);
+  std::shared_ptr<Backend> backend_;
+  ReplayOptions options_;
+  std::unique_ptr<InputCache> cache_;
+};
+
+// True when a backend's error message says it has no kernel for the op.
+bool LooksUnsupported(std::string_view msg);
+// An error message without the C++ backtrace c10::Error appends, at most max_len bytes.
+std::string FirstLine(std::string_view msg, size_t max_len = 2000);
+
+// False for ops whose outputs are uninitialised or random (empty, rand,
+// normal_, dropout in training mode, ...): only shape and dtype are compared.
+bool ValuesMeaningful(const OpCase& op_case);
+
+// True when ATen has a schema for the case's op and overload in this build.
+bool HasSchema(const OpCase& op_case);
+
+}  // namespace coverage::runners

@@ -1,5 +1,0 @@
-// Precompiled header for the torch-facing translation units of runners and
-// its tests: ATen's umbrella header is the bulk of their compile time.
-#pragma once
-#include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>

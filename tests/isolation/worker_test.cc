@@ -1,0 +1,335 @@
+// WorkerProcess and the isolated executors against scripted workers
+// (/bin/sh speaking the worker protocol on fd 3): replies, crashes, hangs,
+// exits, what the worker printed, reruns in fresh workers.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "isolation/isolation.h"
+#include "isolation/worker.h"
+#include "tests/support/case_builder.h"
+
+namespace coverage::runners {
+namespace {
+
+WorkerSpawnOptions Shell(const std::string& script, int attempt = 1) {
+  WorkerSpawnOptions o;
+  o.executable = "/bin/sh";
+  o.args = {"-c", script};
+  o.attempt = attempt;
+  return o;
+}
+
+// True when `pid` no longer runs (gone, or a zombie waiting for init).
+bool Gone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && line.size() > paren + 2 && line[paren + 2] == 'Z';
+}
+
+TEST(Worker, RepliesArriveOnItsSocketAndStdoutDoesNotCorruptThem) {
+  auto w = WorkerProcess::Spawn(Shell("while read -r l <&3; do echo noise; echo \"got:$l\" >&3; done"));
+  ASSERT_TRUE(w.has_value()) << w.error().ToString();
+  for (const char* msg : {"hello", "second"}) {
+    WorkerReply r = (*w)->Call(msg, 10);
+    ASSERT_EQ(r.kind, WorkerReply::Kind::kReply);
+    EXPECT_EQ(r.line, std::string("got:") + msg);
+  }
+  EXPECT_TRUE((*w)->alive());
+}
+
+TEST(Worker, ACrashIsReportedWithItsSignalAndLastOutput) {
+  auto w = WorkerProcess::Spawn(Shell("read -r l <&3; echo 'about to crash' >&2; kill -SEGV $$"));
+  ASSERT_TRUE(w.has_value());
+  WorkerReply r = (*w)->Call("go", 10);
+  EXPECT_EQ(r.kind, WorkerReply::Kind::kDied);
+  EXPECT_EQ(r.term_signal, SIGSEGV);
+  EXPECT_NE(r.DeathDescription().find("SIGSEGV"), std::string::npos) << r.DeathDescription();
+  EXPECT_NE(r.stderr_tail.find("about to crash"), std::string::npos) << r.stderr_tail;
+  EXPECT_FALSE((*w)->alive());
+  EXPECT_EQ((*w)->Call("again", 10).kind, WorkerReply::Kind::kDied);  // at once, no new process
+}
+
+TEST(Worker, AnExitStatusIsReported) {
+  auto w = WorkerProcess::Spawn(Shell("read -r l <&3; exit 3"));
+  ASSERT_TRUE(w.has_value());
+  WorkerReply r = (*w)->Call("go", 10);
+  EXPECT_EQ(r.kind, WorkerReply::Kind::kDied);
+  EXPECT_EQ(r.term_signal, 0);
+  EXPECT_EQ(r.exit_status, 3);
+}
+
+TEST(Worker, AHangTimesOutAndItsWholeProcessGroupIsKilled) {
+  auto w = WorkerProcess::Spawn(Shell("sleep 1000 & echo \"child $!\" >&2; read -r l <&3; sleep 1000"));
+  ASSERT_TRUE(w.has_value());
+  const pid_t pid = (*w)->pid();
+  const auto start = std::chrono::steady_clock::now();
+  WorkerReply r = (*w)->Call("go", 0.5);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.kind, WorkerReply::Kind::kTimeout);
+  EXPECT_GE(took, 0.5);
+  EXPECT_LT(took, 5.0);
+  EXPECT_TRUE(Gone(pid));
+  const size_t at = r.stderr_tail.find("child ");
+  ASSERT_NE(at, std::string::npos) << r.stderr_tail;
+  const pid_t child = std::stoi(r.stderr_tail.substr(at + 6));
+  for (int i = 0; i < 100 && !Gone(child); ++i) usleep(10000);
+  EXPECT_TRUE(Gone(child)) << "the worker's own child survived";
+}
+
+TEST(Worker, ADeathIsSeenAtOnceEvenWhenAChildHoldsTheSocket) {
+  // The worker's child inherits fd 3 and keeps the socket open after the
+  // worker dies: the death must still be a crash, not a timeout.
+  auto w = WorkerProcess::Spawn(Shell("sleep 30 & read -r l <&3; kill -SEGV $$"));
+  ASSERT_TRUE(w.has_value());
+  WorkerReply r = (*w)->Call("go", 10);
+  EXPECT_EQ(r.kind, WorkerReply::Kind::kDied);
+  EXPECT_EQ(r.term_signal, SIGSEGV);
+  EXPECT_LT(r.seconds, 3.0);
+}
+
+TEST(Worker, AWorkerThatClosesItsOutputDoesNotMakeTheParentSpin) {
+  auto w = WorkerProcess::Spawn(Shell("exec 1>&- 2>&-; read -r l <&3; sleep 1; echo done >&3"));
+  ASSERT_TRUE(w.has_value());
+  const std::clock_t cpu = std::clock();
+  WorkerReply r = (*w)->Call("go", 10);
+  EXPECT_EQ(r.line, "done");
+  EXPECT_LT(static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC, 0.5) << "busy-waited on a closed pipe";
+}
+
+TEST(Worker, TheAttemptIsInItsEnvironment) {
+  auto w = WorkerProcess::Spawn(Shell("read -r l <&3; echo \"$COVERAGE_ATTEMPT:$COVERAGE_WORKER\" >&3", 3));
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ((*w)->Call("go", 10).line, "3:1");
+}
+
+TEST(Worker, DestroyingItEndsAndReapsTheProcess) {
+  pid_t pid;
+  {
+    auto w = WorkerProcess::Spawn(Shell("while read -r l <&3; do echo ok >&3; done; sleep 1000"));
+    ASSERT_TRUE(w.has_value());
+    pid = (*w)->pid();
+    EXPECT_EQ((*w)->Call("x", 10).line, "ok");
+  }
+  EXPECT_NE(kill(pid, 0), 0) << "the worker was not reaped";
+}
+
+TEST(Worker, AMissingExecutableIsAClearError) {
+  WorkerSpawnOptions o;
+  o.executable = "/nonexistent/coverage";
+  auto w = WorkerProcess::Spawn(o);
+  ASSERT_FALSE(w.has_value());
+  EXPECT_NE(w.error().message().find("/nonexistent/coverage"), std::string::npos) << w.error().ToString();
+}
+
+// A scripted worker for the executors: answers the setup, then runs `body`
+// for each request (the request line is in $l).
+IsolationOptions ScriptedWorker(const std::string& body, int reruns) {
+  IsolationOptions o;
+  o.spawn.executable = "/bin/sh";
+  o.spawn.args = {"-c", "read -r s <&3; echo '{\"ready\":true}' >&3; while read -r l <&3; do " + body + "; done"};
+  o.setup.backend = "scripted";
+  o.policy.unit_timeout_s = 1;
+  o.policy.startup_timeout_s = 10;
+  o.policy.reruns = reruns;
+  return o;
+}
+
+constexpr const char* kPass = "echo '{\"result\":\"{\\\"outcome\\\":\\\"pass\\\",\\\"error\\\":\\\"\\\"}\"}' >&3";
+constexpr const char* kMismatch =
+    "echo '{\"result\":\"{\\\"outcome\\\":\\\"mismatch\\\",\\\"error\\\":\\\"off by one\\\"}\"}' >&3";
+
+TEST(IsolatedCaseExecutor, APassingCaseRunsOnceInTheLongLivedWorker) {
+  IsolatedCaseExecutor e(ScriptedWorker(kPass, 3));
+  ASSERT_TRUE(e.Start().ok());
+  for (int i = 0; i < 3; ++i) {
+    CaseResult r = e.Run(testing::MulCase({2, 3}));
+    EXPECT_EQ(r.outcome, Outcome::kPass);
+    EXPECT_EQ(r.attempts, 1);
+  }
+  EXPECT_EQ(e.stats().workers_started, 1);
+  EXPECT_TRUE(e.HarnessStatus().ok());
+}
+
+TEST(IsolatedCaseExecutor, ACrashIsAttributedAndTheNextCaseGetsAFreshWorker) {
+  // Crashes on requests for tensors of 7 rows, answers the rest.
+  IsolatedCaseExecutor e(ScriptedWorker(
+      std::string("case \"$l\" in *\"[7,3]\"*) echo 'dying now' >&2; kill -SEGV $$;; *) ") + kPass + ";; esac", 0));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult crashed = e.Run(testing::MulCase({7, 3}));
+  EXPECT_EQ(crashed.outcome, Outcome::kCrash);
+  EXPECT_NE(crashed.error.find("SIGSEGV"), std::string::npos) << crashed.error;
+  EXPECT_NE(crashed.error.find("aten::mul.Tensor"), std::string::npos) << crashed.error;
+  EXPECT_NE(crashed.error.find("dying now"), std::string::npos) << crashed.error;
+  auto detail = nlohmann::json::parse(crashed.detail_json);
+  EXPECT_EQ(detail["worker"]["signal"], SIGSEGV);
+  EXPECT_EQ(e.Run(testing::MulCase({2, 3})).outcome, Outcome::kPass);
+  EXPECT_EQ(e.stats().workers_started, 2);
+  EXPECT_EQ(e.stats().crashes, 1);
+}
+
+TEST(IsolatedCaseExecutor, OutputThatIsNotUtf8IsKeptReadableAndNothingThrows) {
+  IsolatedCaseExecutor e(ScriptedWorker("printf 'bad \\377\\376 bytes\\n' >&2; kill -SEGV $$", 0));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult r = e.Run(testing::MulCase({2, 3}));
+  EXPECT_EQ(r.outcome, Outcome::kCrash);
+  EXPECT_NE(r.error.find("bad"), std::string::npos) << r.error;
+  EXPECT_FALSE(nlohmann::json::parse(r.detail_json, nullptr, false).is_discarded());
+  EXPECT_FALSE(nlohmann::json::parse(r.ToJson(), nullptr, false).is_discarded());
+}
+
+TEST(IsolatedCaseExecutor, ASpareThatDiedWhileWaitingIsReplacedNotAHarnessError) {
+  // Process 2 (the spare kept for attempt 1) exits at once; the rest serve,
+  // crashing on [7,3].
+  const std::string counter = ::testing::TempDir() + "/worker_counter_" + std::to_string(getpid());
+  std::remove(counter.c_str());
+  IsolationOptions o = ScriptedWorker(std::string("case \"$l\" in *\"[7,3]\"*) kill -SEGV $$;; *) ") + kPass + ";; esac", 0);
+  o.spawn.args[1] = "n=$(cat " + counter + " 2>/dev/null || echo 0); n=$((n+1)); echo $n > " + counter +
+                    "; [ $n = 2 ] && exit 7; " + o.spawn.args[1];
+  o.policy.standby = true;
+  IsolatedCaseExecutor e(o);
+  ASSERT_TRUE(e.Start().ok());
+  for (int i = 0; i < 100 && std::ifstream(counter).peek() != '2'; ++i) usleep(10000);  // the spare has started and died
+  EXPECT_EQ(e.Run(testing::MulCase({7, 3})).outcome, Outcome::kCrash);
+  EXPECT_EQ(e.Run(testing::MulCase({2, 3})).outcome, Outcome::kPass);
+  EXPECT_TRUE(e.HarnessStatus().ok()) << e.HarnessStatus().ToString();
+  std::remove(counter.c_str());
+}
+
+TEST(IsolatedCaseExecutor, AHangIsATimeoutAndTheRunGoesOn) {
+  IsolatedCaseExecutor e(ScriptedWorker(std::string("case \"$l\" in *\"[5,3]\"*) sleep 1000;; *) ") + kPass + ";; esac", 0));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult hung = e.Run(testing::MulCase({5, 3}));
+  EXPECT_EQ(hung.outcome, Outcome::kTimeout);
+  EXPECT_NE(hung.error.find("within 1 s"), std::string::npos) << hung.error;
+  EXPECT_EQ(e.Run(testing::MulCase({2, 3})).outcome, Outcome::kPass);
+  EXPECT_EQ(e.stats().timeouts, 1);
+}
+
+TEST(IsolatedCaseExecutor, AFailureThatPassesOnARerunIsFlaky) {
+  // Fails only in the first worker (COVERAGE_ATTEMPT=1).
+  IsolatedCaseExecutor e(ScriptedWorker(
+      std::string("if [ \"$COVERAGE_ATTEMPT\" = 1 ]; then kill -SEGV $$; else ") + kPass + "; fi", 3));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult r = e.Run(testing::MulCase({2, 3}));
+  EXPECT_EQ(r.outcome, Outcome::kCrash);  // the first attempt's outcome
+  EXPECT_EQ(r.attempts, 2);               // reruns stop at the first pass
+  EXPECT_TRUE(r.flaky);
+  EXPECT_EQ(r.attempt_outcomes, (std::vector<Outcome>{Outcome::kCrash, Outcome::kPass}));
+}
+
+TEST(IsolatedCaseExecutor, AConsistentCrashUsesEveryRerunEachInAFreshWorkerAndIsNotFlaky) {
+  IsolatedCaseExecutor e(ScriptedWorker("kill -SEGV $$", 2));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult r = e.Run(testing::MulCase({2, 3}));
+  EXPECT_EQ(r.outcome, Outcome::kCrash);
+  EXPECT_EQ(r.attempts, 3);
+  EXPECT_FALSE(r.flaky);
+  EXPECT_EQ(r.attempt_outcomes, std::vector<Outcome>(3, Outcome::kCrash));
+  EXPECT_EQ(e.stats().reruns, 2);
+  EXPECT_EQ(e.stats().workers_started, 3);  // the first, then one fresh worker per rerun
+}
+
+TEST(IsolatedCaseExecutor, AWrongAnswerReproducedExactlyIsConsistentAfterOneRerun) {
+  IsolatedCaseExecutor e(ScriptedWorker(kMismatch, 3));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult r = e.Run(testing::MulCase({2, 3}));
+  EXPECT_EQ(r.outcome, Outcome::kMismatch);
+  EXPECT_EQ(r.error, "off by one");
+  EXPECT_EQ(r.attempts, 2);
+  EXPECT_FALSE(r.flaky);
+  EXPECT_EQ(e.stats().reruns, 1);
+}
+
+TEST(IsolatedCaseExecutor, AWrongAnswerThatChangesBetweenAttemptsUsesEveryRerun) {
+  IsolatedCaseExecutor e(ScriptedWorker(
+      R"(printf '{"result":"{\\"outcome\\":\\"mismatch\\",\\"error\\":\\"off by %s\\"}"}\n' "$COVERAGE_ATTEMPT" >&3)",
+      3));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult r = e.Run(testing::MulCase({2, 3}));
+  EXPECT_EQ(r.outcome, Outcome::kMismatch);
+  EXPECT_EQ(r.error, "off by 1");
+  EXPECT_EQ(r.attempts, 4);
+  EXPECT_FALSE(r.flaky);  // the same outcome every time
+}
+
+TEST(IsolatedCaseExecutor, AWorkerThatCannotSetUpIsAHarnessError) {
+  IsolationOptions o;
+  o.spawn.executable = "/bin/sh";
+  o.spawn.args = {"-c", "read -r s <&3; echo '{\"error\":\"unknown backend nope\"}' >&3"};
+  o.setup.backend = "nope";
+  IsolatedCaseExecutor e(o);
+  Status s = e.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("unknown backend nope"), std::string::npos) << s.ToString();
+}
+
+TEST(IsolatedCaseExecutor, AnUnreadableReplyIsAHarnessErrorNotACaseOutcome) {
+  IsolatedCaseExecutor e(ScriptedWorker("echo 'not json' >&3", 0));
+  ASSERT_TRUE(e.Start().ok());
+  e.Run(testing::MulCase({2, 3}));
+  EXPECT_FALSE(e.HarnessStatus().ok());
+  EXPECT_NE(e.HarnessStatus().message().find("not json"), std::string::npos);
+}
+
+TEST(IsolationPolicy, ParsesTheShippedConfigAndOverridesPerOp) {
+  auto p = IsolationPolicy::FromJson(
+      R"({"timeout_s": 30, "op_timeout_s": {"aten::mm": 90, "aten::add.Tensor": 5}, "reruns": 2,
+          "stage_timeout_s": {"train": 100}})",
+      "isolation.json");
+  ASSERT_TRUE(p.has_value()) << p.error().ToString();
+  EXPECT_EQ(p->TimeoutFor(testing::MmCase(2, 2, 2)), 90);
+  EXPECT_EQ(p->TimeoutFor(testing::MulCase({2})), 30);
+  EXPECT_EQ(p->TimeoutForStage("train"), 100);
+  EXPECT_EQ(p->TimeoutForStage("model"), 900);
+  EXPECT_EQ(p->reruns, 2);
+}
+
+TEST(IsolationPolicy, BadValuesNameTheFileAndKey) {
+  for (const auto& [text, expected] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"timeout_s": -1})", "'timeout_s'"},
+           {R"({"reruns": 1.5})", "'reruns'"},
+           {R"({"op_timeout_s": {"mm": 3}})", "'mm'"},
+           {R"({"stage_timeout_s": {"unit": 3}})", "'unit'"},
+           {R"({"timeouts": 3})", "unknown key 'timeouts'"},
+           {"[", "not a JSON object"}}) {
+    auto p = IsolationPolicy::FromJson(text, "conf/iso.json");
+    ASSERT_FALSE(p.has_value()) << text;
+    EXPECT_NE(p.error().message().find("conf/iso.json"), std::string::npos) << p.error().ToString();
+    EXPECT_NE(p.error().message().find(expected), std::string::npos) << p.error().ToString();
+  }
+}
+
+TEST(WorkerSetup, RoundTripsThroughJson) {
+  WorkerSetup s;
+  s.backend = "sim";
+  s.tolerances_json = R"({"default_multiplier": 4})";
+  s.warm_iterations = 7;
+  s.golden = GoldenMode::kAlways;
+  s.seed = 42;
+  s.checks.train_steps = 5;
+  s.checks.min_cosine = 0.9;
+  auto back = WorkerSetup::FromJson(s.ToJson());
+  ASSERT_TRUE(back.has_value()) << back.error().ToString();
+  EXPECT_EQ(back->backend, "sim");
+  EXPECT_EQ(back->warm_iterations, 7);
+  EXPECT_EQ(back->golden, GoldenMode::kAlways);
+  EXPECT_EQ(back->seed, 42u);
+  EXPECT_EQ(back->checks.train_steps, 5);
+  EXPECT_EQ(back->checks.min_cosine, 0.9);
+  EXPECT_EQ(back->checks.comparison.default_multiplier, 4);
+}
+
+}  // namespace
+}  // namespace coverage::runners

@@ -1,0 +1,237 @@
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "backends/backend.h"
+#include "backends/backends.h"
+#include "replay/compare.h"
+#include "replay/replay.h"
+#include "tests/support/case_builder.h"
+#include "tests/support/fake_backend.h"
+
+namespace coverage::runners {
+namespace {
+
+using testing::FakeBackend;
+using testing::MakeCase;
+using testing::TensorArg;
+
+std::shared_ptr<Backend> Cpu() {
+  BackendRegistry backends;
+  RegisterCpuBackend(backends);
+  return *backends.Create("cpu");
+}
+
+CaseResult RunOn(std::shared_ptr<Backend> backend, const OpCase& c, ReplayOptions options = {}) {
+  ReplayExecutor executor(std::move(backend), options);
+  return executor.Run(c);
+}
+
+TEST(Replay, CpuBackendPassesWithZeroError) {
+  ReplayOptions always;
+  always.golden = GoldenMode::kAlways;
+  CaseResult r = RunOn(Cpu(), testing::MmCase(64, 128, 32), always);
+  EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
+  EXPECT_DOUBLE_EQ(*r.max_abs_err, 0.0);
+  EXPECT_DOUBLE_EQ(*r.mismatch_frac, 0.0);
+  EXPECT_NEAR(*r.cosine, 1.0, 1e-12);
+  ASSERT_TRUE(r.error_ratio.has_value());  // the golden ran
+  EXPECT_DOUBLE_EQ(*r.error_ratio, 1.0);
+  EXPECT_GT(*r.first_call_us, 0);
+  EXPECT_TRUE(r.warm_us.has_value());
+  EXPECT_GT(r.timing.ComputeUs(), 0);
+}
+
+TEST(Replay, GoldenRunsOnlyWhenTheReferenceToleranceIsMissedByDefault) {
+  CaseResult pass = RunOn(Cpu(), testing::MmCase(16, 16, 16));
+  EXPECT_EQ(pass.outcome, Outcome::kPass);
+  EXPECT_FALSE(pass.error_ratio.has_value());
+  EXPECT_EQ(pass.timing.golden_us, 0);
+  auto fake = std::make_shared<FakeBackend>();
+  fake->add_offset["aten::mm"] = 1e-3;
+  CaseResult off = RunOn(fake, testing::MmCase(16, 16, 16));
+  EXPECT_EQ(off.outcome, Outcome::kMismatch);
+  ASSERT_TRUE(off.error_ratio.has_value());
+  EXPECT_GT(off.timing.golden_us, 0);
+  ReplayOptions never;
+  never.golden = GoldenMode::kNever;
+  EXPECT_FALSE(RunOn(fake, testing::MmCase(16, 16, 16), never).error_ratio.has_value());
+}
+
+TEST(Replay, WrongValuesGiveMismatchWithMetricsForTheAffectedOpOnly) {
+  auto fake = std::make_shared<FakeBackend>();
+  fake->add_offset["aten::mul.Tensor"] = 0.5;
+  CaseResult bad = RunOn(fake, testing::MulCase({16, 32}));
+  EXPECT_EQ(bad.outcome, Outcome::kMismatch);
+  EXPECT_NEAR(*bad.max_abs_err, 0.5, 1e-6);
+  EXPECT_DOUBLE_EQ(*bad.mismatch_frac, 1.0);
+  EXPECT_LT(*bad.cosine, 1.0);
+  EXPECT_GT(*bad.error_ratio, 2.0);
+  EXPECT_NE(bad.error.find("512 of 512 elements"), std::string::npos) << bad.error;
+  CaseResult good = RunOn(fake, testing::AddCase({16, 32}));
+  EXPECT_EQ(good.outcome, Outcome::kPass) << good.error;
+}
+
+TEST(Replay, BackendExceptionBecomesErrorWithTheMessage) {
+  auto fake = std::make_shared<FakeBackend>();
+  fake->throw_message["aten::mm"] = "device lost: queue 3 faulted";
+  CaseResult r = RunOn(fake, testing::MmCase(4, 4, 4));
+  EXPECT_EQ(r.outcome, Outcome::kError);
+  EXPECT_EQ(r.error, "device lost: queue 3 faulted");
+  EXPECT_FALSE(r.max_abs_err.has_value());
+}
+
+TEST(Replay, BackendWritingIntoItsInputsIsAnError) {
+  auto fake = std::make_shared<FakeBackend>();
+  fake->scribble_inputs.insert("aten::mm");
+  CaseResult r = RunOn(fake, testing::MmCase(4, 4, 4));
+  EXPECT_EQ(r.outcome, Outcome::kError);
+  EXPECT_NE(r.error.find("wrote into argument 'self'"), std::string::npos) << r.error;
+}
+
+TEST(Replay, MissingKernelIsUnsupported) {
+  auto fake = std::make_shared<FakeBackend>();
+  fake->unsupported.insert("aten::mm");
+  CaseResult r = RunOn(fake, testing::MmCase(4, 4, 4));
+  EXPECT_EQ(r.outcome, Outcome::kUnsupported);
+  EXPECT_NE(r.error.find("Could not run"), std::string::npos);
+}
+
+TEST(Replay, NanWhereTheReferenceIsFiniteIsANonFiniteMismatch) {
+  auto fake = std::make_shared<FakeBackend>();
+  fake->make_nan.insert("aten::add");
+  CaseResult r = RunOn(fake, testing::AddCase({8, 8}));
+  EXPECT_EQ(r.outcome, Outcome::kNonFiniteMismatch) << r.error;
+  EXPECT_NE(r.error.find("flat index 0"), std::string::npos) << r.error;
+}
+
+TEST(Replay, WrongShapeIsAShapeMismatch) {
+  auto fake = std::make_shared<FakeBackend>();
+  fake->drop_last_row.insert("aten::mm");
+  CaseResult r = RunOn(fake, testing::MmCase(4, 4, 4));
+  EXPECT_EQ(r.outcome, Outcome::kShapeMismatch);
+  EXPECT_NE(r.error.find("[3, 4]"), std::string::npos) << r.error;
+}
+
+TEST(Replay, InPlaceOutAndTupleVariantsRun) {
+  using testing::Spec;
+  // add_.Tensor mutates self and returns it.
+  OpCase inplace = MakeCase("aten::add_", "Tensor",
+                            {TensorArg("self", DType::kFloat32, {8, 8}), TensorArg("other", DType::kFloat32, {8, 8}),
+                             testing::IntArg("alpha", 2)});
+  EXPECT_EQ(RunOn(Cpu(), inplace).outcome, Outcome::kPass);
+  // add.out writes into `out`.
+  OpCase out = MakeCase("aten::add", "out",
+                        {TensorArg("self", DType::kFloat32, {8, 8}), TensorArg("other", DType::kFloat32, {8, 8}),
+                         testing::IntArg("alpha", 1), TensorArg("out", DType::kFloat32, {8, 8})});
+  CaseResult out_r = RunOn(Cpu(), out);
+  EXPECT_EQ(out_r.outcome, Outcome::kPass) << out_r.error;
+  // max.dim returns (values, indices).
+  OpCase tuple = MakeCase("aten::max", "dim",
+                          {TensorArg("self", DType::kFloat32, {8, 16}), testing::IntArg("dim", 1),
+                           testing::BoolArg("keepdim", false)});
+  CaseResult tr = RunOn(Cpu(), tuple);
+  EXPECT_EQ(tr.outcome, Outcome::kPass) << tr.error;
+  EXPECT_NE(tr.detail_json.find("\"output\":1"), std::string::npos) << tr.detail_json;
+  // A wrong offset on a tuple op is caught on the floating output.
+  auto fake = std::make_shared<FakeBackend>();
+  fake->add_offset["aten::max.dim"] = 1.0;
+  EXPECT_EQ(RunOn(fake, tuple).outcome, Outcome::kMismatch);
+}
+
+TEST(Replay, IndexInputsStayInsideTheIndexedDimension) {
+  // A hand-written case whose index range exceeds the table: the index rule
+  // clamps it, so the op runs instead of failing on the reference.
+  TensorSpec idx = testing::Spec(DType::kInt64, {4, 64}, ValueDomain{ValueDomain::Kind::kInteger, 0, 1 << 20});
+  OpCase c = MakeCase("aten::embedding", "",
+                      {TensorArg("weight", DType::kFloat32, {100, 16}), TensorArg("indices", idx),
+                       testing::IntArg("padding_idx", -1), testing::BoolArg("scale_grad_by_freq", false),
+                       testing::BoolArg("sparse", false)});
+  CaseResult r = RunOn(Cpu(), c);
+  EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
+}
+
+TEST(Replay, UnknownOpIsSkippedWithAReason) {
+  CaseResult r = RunOn(Cpu(), MakeCase("aten::no_such_op", "", {}));
+  EXPECT_EQ(r.outcome, Outcome::kSkipped);
+  EXPECT_NE(r.error.find("aten::no_such_op"), std::string::npos);
+}
+
+TEST(Replay, CaseThatDoesNotFitTheSchemaIsSkipped) {
+  CaseResult r = RunOn(Cpu(), MakeCase("aten::mm", "", {TensorArg("self", DType::kFloat32, {2, 2})}));
+  EXPECT_EQ(r.outcome, Outcome::kSkipped);
+  EXPECT_NE(r.error.find("schema"), std::string::npos) << r.error;
+}
+
+TEST(Replay, ReferenceFailureIsSkippedNotBlamedOnTheBackend) {
+  // Inner dimensions disagree: the CPU itself cannot run it.
+  CaseResult r = RunOn(Cpu(), MakeCase("aten::mm", "", {TensorArg("self", DType::kFloat32, {2, 3}),
+                                                         TensorArg("mat2", DType::kFloat32, {4, 5})}));
+  EXPECT_EQ(r.outcome, Outcome::kSkipped);
+  EXPECT_NE(r.error.find("CPU reference"), std::string::npos) << r.error;
+}
+
+TEST(Compare, BackendWithinTheMultiplierOfTheCpuErrorPasses) {
+  // Golden 1.0; CPU off by 1e-4; backend off by 1.5e-4 in the other direction:
+  // beyond fp32 tolerance of the reference, but only 1.5x the CPU's own error.
+  at::Tensor golden = at::ones({4}, at::kDouble);
+  at::Tensor ref = (golden + 1e-4).to(at::kFloat);
+  Tolerance tol{1.3e-6, 1e-5};
+  TensorComparison close = CompareTensors((golden - 1.5e-4).to(at::kFloat), ref, golden, tol, 2.0, true);
+  EXPECT_EQ(close.outcome, Outcome::kPass);
+  EXPECT_EQ(close.mismatched, 4);
+  EXPECT_NEAR(*close.error_ratio, 1.5, 1e-3);
+  TensorComparison far = CompareTensors((golden + 3e-4).to(at::kFloat), ref, golden, tol, 2.0, true);
+  EXPECT_EQ(far.outcome, Outcome::kMismatch);
+  EXPECT_NEAR(*far.error_ratio, 3.0, 1e-3);
+  TensorComparison no_golden = CompareTensors((golden - 1.5e-4).to(at::kFloat), ref, at::Tensor(), tol, 2.0, true);
+  EXPECT_EQ(no_golden.outcome, Outcome::kMismatch);
+}
+
+TEST(Compare, IntegersMustBeExactAndMatchingNonFiniteValuesAreFine) {
+  at::Tensor a = at::arange(10, at::kLong);
+  EXPECT_EQ(CompareTensors(a, a.clone(), at::Tensor(), {0, 0}, 2, true).outcome, Outcome::kPass);
+  EXPECT_EQ(CompareTensors(a + 1, a, at::Tensor(), {0, 0}, 2, true).outcome, Outcome::kMismatch);
+  at::Tensor f = at::tensor({1.0f, INFINITY, -INFINITY, NAN});
+  EXPECT_EQ(CompareTensors(f.clone(), f, at::Tensor(), {1e-6, 1e-5}, 2, true).outcome, Outcome::kPass);
+  at::Tensor g = f.clone();
+  g[1] = -INFINITY;
+  EXPECT_EQ(CompareTensors(g, f, at::Tensor(), {1e-6, 1e-5}, 2, true).outcome, Outcome::kNonFiniteMismatch);
+  EXPECT_EQ(CompareTensors(f.to(at::kDouble), f, at::Tensor(), {1e-6, 1e-5}, 2, true).outcome, Outcome::kDtypeMismatch);
+}
+
+TEST(ComparisonOptions, ConfigOverridesDefaultsPerDtypeAndOp) {
+  auto o = ComparisonOptions::FromJson(
+      R"({"default_multiplier": 4, "dtypes": {"f32": {"rtol": 1e-4}},
+          "ops": {"aten::softmax": {"bf16": {"atol": 0.1, "multiplier": 10}}}})", "t.json");
+  ASSERT_TRUE(o.has_value()) << o.error().ToString();
+  EXPECT_DOUBLE_EQ(o->For("aten::mm", "", DType::kFloat32).rtol, 1e-4);
+  EXPECT_DOUBLE_EQ(o->For("aten::mm", "", DType::kFloat32).atol, 1e-5);  // default kept
+  EXPECT_DOUBLE_EQ(o->For("aten::softmax", "int", DType::kBFloat16).atol, 0.1);
+  EXPECT_DOUBLE_EQ(o->For("aten::softmax", "int", DType::kBFloat16).rtol, 1.6e-2);
+  EXPECT_DOUBLE_EQ(o->MultiplierFor("aten::softmax", "int", DType::kBFloat16), 10);
+  EXPECT_DOUBLE_EQ(o->MultiplierFor("aten::mm", "", DType::kFloat32), 4);
+  EXPECT_DOUBLE_EQ(o->For("aten::mm", "", DType::kInt64).atol, 0);  // integers exact
+}
+
+TEST(ComparisonOptions, BadConfigNamesTheKey) {
+  for (const char* bad : {R"({"dtypes": {"f33": {"rtol": 1}}})", R"({"dtypes": {"f32": {"rtol": -1}}})",
+                          R"({"ops": {"softmax": {}}})", R"({"typo": 1})", "not json",
+                          R"({"ops": {"aten::relu": {"dtypes": {"f32": {"rtol": 1}}, "typo": 3}}})"}) {
+    auto o = ComparisonOptions::FromJson(bad, "configs/tolerances.json");
+    ASSERT_FALSE(o.has_value()) << bad;
+    EXPECT_NE(o.error().message().find("configs/tolerances.json"), std::string::npos);
+  }
+}
+
+TEST(BackendRegistry, UnknownBackendListsTheKnownOnes) {
+  BackendRegistry backends;
+  RegisterCpuBackend(backends);
+  auto b = backends.Create("neuron");
+  ASSERT_FALSE(b.has_value());
+  EXPECT_NE(b.error().message().find("known: cpu"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace coverage::runners
