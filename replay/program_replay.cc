@@ -21,6 +21,7 @@
 #include "replay/compare.h"
 #include "backends/dtype_map.h"
 #include "replay/materialize.h"
+#include "replay/reference_upcast.h"
 #include "replay/replay.h"
 
 // Note [Program replay]
@@ -215,6 +216,7 @@ class Replayer {
   int64_t calls_run() const { return calls_run_; }
   double backend_seconds() const { return backend_seconds_; }
   double reference_seconds() const { return reference_seconds_; }
+  int64_t reference_upcasts() const { return reference_upcasts_; }
   // The first divergent call of a kLocate pass.
   nlohmann::json divergent() const { return divergent_; }
   // kGolden: the fp64 value of a judged id.
@@ -457,14 +459,26 @@ class Replayer {
               call.index};
     }
     const auto t0 = Clock::now();
+    std::string error;
     try {
       op.handle.callBoxed(&*stack);
     } catch (const std::exception& e) {
       const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-      return {Outcome::kSkipped,
-              fmt::format("the CPU reference cannot replay call {} ({}): {}", call.index, Qualified(call),
-                          FirstLine(c10_error ? c10_error->what_without_backtrace() : e.what(), 500)),
-              call.index};
+      error = FirstLine(c10_error ? c10_error->what_without_backtrace() : e.what(), 500);
+    }
+    if (!error.empty()) {
+      // Note [Reference upcast]: an integer call the CPU has no kernel for.
+      auto again = IsMissingIntegerKernel(error)
+                       ? BuildStack(
+                             call, op, [&](int64_t id, bool) { return Ref(id); }, c10::Device(c10::kCPU), to_double)
+                       : Result<torch::jit::Stack>(Status::Internal("no upcast"));
+      if (!again || !CallUpcast(op.handle, op.mutated, &*again)) {
+        return {Outcome::kSkipped,
+                fmt::format("the CPU reference cannot replay call {} ({}): {}", call.index, Qualified(call), error),
+                call.index};
+      }
+      stack = std::move(again);
+      ++reference_upcasts_;
     }
     reference_seconds_ += Since(t0);
     for (const auto& v : *stack) FlattenReturns(v, outputs);
@@ -737,6 +751,7 @@ class Replayer {
   std::unordered_map<const void*, int> storages_;
   int64_t live_bytes_ = 0, peak_live_bytes_ = 0, calls_run_ = 0;
   double backend_seconds_ = 0, reference_seconds_ = 0;
+  int64_t reference_upcasts_ = 0;  // Note [Reference upcast]
   std::vector<Judged> judged_;
   std::set<int64_t> wanted_golden_;
   std::unordered_map<int64_t, at::Tensor> golden_;
@@ -817,7 +832,8 @@ void Stats(ModelCheckItem& item, const Replayer& r, const Program& p) {
                            {"calls_run", r.calls_run()},
                            {"peak_live_bytes", r.peak_live_bytes()},
                            {"backend_seconds", r.backend_seconds()},
-                           {"reference_seconds", r.reference_seconds()}};
+                           {"reference_seconds", r.reference_seconds()},
+                           {"reference_upcasts", r.reference_upcasts()}};
 }
 
 // Judged outputs, golden asked for when they mismatch.

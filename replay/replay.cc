@@ -15,6 +15,7 @@
 #include "replay/compare.h"
 #include "backends/dtype_map.h"
 #include "replay/materialize.h"
+#include "replay/reference_upcast.h"
 
 namespace coverage::runners {
 namespace {
@@ -202,9 +203,23 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   try {
     reference = run_cpu(/*to_double=*/false, &res.timing.reference_us);
   } catch (const std::exception& e) {
-    res.outcome = Outcome::kSkipped;
-    res.error = "the CPU reference cannot run this case: " + FirstLine(e.what());
-    return finish();
+    // Note [Reference upcast]: an integer call the CPU has no kernel for.
+    bool upcast = false;
+    if (IsMissingIntegerKernel(e.what())) {
+      auto inputs = m.Build(cpu, /*to_double=*/false, /*verify=*/false);
+      if (inputs) {
+        torch::jit::Stack stack = *inputs;
+        const auto tc = Clock::now();
+        upcast = CallUpcast(op, m.mutated(), &stack);
+        res.timing.reference_us += Micros(tc, Clock::now());
+        if (upcast) reference = Outputs(stack, *inputs, m.mutated());
+      }
+    }
+    if (!upcast) {
+      res.outcome = Outcome::kSkipped;
+      res.error = "the CPU reference cannot run this case: " + FirstLine(e.what());
+      return finish();
+    }
   }
 
   // Backend: first call, then warm repetitions.

@@ -6,6 +6,7 @@
 #include "backends/backend.h"
 #include "backends/backends.h"
 #include "replay/compare.h"
+#include "replay/reference_upcast.h"
 #include "replay/replay.h"
 #include "tests/support/case_builder.h"
 #include "tests/support/fake_backend.h"
@@ -231,6 +232,80 @@ TEST(BackendRegistry, UnknownBackendListsTheKnownOnes) {
   auto b = backends.Create("neuron");
   ASSERT_FALSE(b.has_value());
   EXPECT_NE(b.error().message().find("known: cpu"), std::string::npos);
+}
+
+// Note [Reference upcast]: the CPU has no histc kernel for int32, which
+// accelerators do have and transformers' MoE path calls. The reference runs
+// it in float64 and casts the counts back, so a backend with the integer
+// kernel is judged; the CPU as a backend is `unsupported` on the call.
+class IntegerHistcBackend final : public Backend {
+ public:
+  int64_t off_by = 0;  // added to the first bin: a wrong count
+  std::string name() const override { return "int-histc"; }
+  c10::Device device() const override { return c10::Device(c10::kCPU); }
+  void Execute(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
+    if (op.operator_name().name != "aten::histc" || (*stack)[0].toTensor().scalar_type() != at::kInt) {
+      op.callBoxed(stack);
+      return;
+    }
+    // An independent integer kernel: counts of each bin over [min, max].
+    const at::Tensor in = (*stack)[0].toTensor().contiguous();
+    const int64_t bins = (*stack)[1].toInt();
+    const double lo = (*stack)[2].toScalar().toDouble(), hi = (*stack)[3].toScalar().toDouble();
+    at::Tensor out = at::zeros({bins}, at::kInt);
+    const int32_t* x = in.data_ptr<int32_t>();
+    int32_t* o = out.data_ptr<int32_t>();
+    for (int64_t i = 0; i < in.numel(); ++i) {
+      if (x[i] < lo || x[i] > hi) continue;
+      int64_t b = static_cast<int64_t>((x[i] - lo) * bins / (hi - lo));
+      o[std::min(b, bins - 1)] += 1;
+    }
+    o[0] += static_cast<int32_t>(off_by);
+    stack->clear();
+    stack->emplace_back(out);
+  }
+};
+
+OpCase IntHistcCase() {
+  ValueDomain ids;
+  ids.kind = ValueDomain::Kind::kInteger;
+  ids.lo = 0;
+  ids.hi = 8;
+  return MakeCase("aten::histc", "",
+                  {TensorArg("self", testing::Spec(DType::kInt32, {256}, ids)), testing::IntArg("bins", 8),
+                   testing::IntArg("min", 0), testing::IntArg("max", 7)});
+}
+
+TEST(Replay, AnIntegerCallTheCpuLacksIsJudgedAgainstAnUpcastReference) {
+  ASSERT_TRUE(IsMissingIntegerKernel("\"histogram_cpu\" not implemented for 'Int'"));
+  EXPECT_FALSE(IsMissingIntegerKernel("\"histogram_cpu\" not implemented for 'Half'"));
+  EXPECT_FALSE(IsMissingIntegerKernel("shape mismatch"));
+
+  auto good = std::make_shared<IntegerHistcBackend>();
+  CaseResult r = RunOn(good, IntHistcCase());
+  EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
+  ASSERT_TRUE(r.max_abs_err.has_value());
+  EXPECT_EQ(*r.max_abs_err, 0.0);
+
+  auto wrong = std::make_shared<IntegerHistcBackend>();
+  wrong->off_by = 1;
+  EXPECT_EQ(RunOn(wrong, IntHistcCase()).outcome, Outcome::kMismatch);
+
+  // The CPU itself has no such kernel: unsupported, not a skipped case.
+  CaseResult cpu = RunOn(Cpu(), IntHistcCase());
+  EXPECT_EQ(cpu.outcome, Outcome::kUnsupported) << OutcomeName(cpu.outcome) << " " << cpu.error;
+}
+
+TEST(Replay, TheUpcastLeavesCallsWithFloatingOrWrittenIntegerTensorsAlone) {
+  auto histc = c10::Dispatcher::singleton().findSchemaOrThrow("aten::histc", "");
+  torch::jit::Stack floating{at::ones({4}), int64_t{4}, at::Scalar(0), at::Scalar(1)};
+  EXPECT_FALSE(CallUpcast(histc, {false, false, false, false}, &floating));
+  torch::jit::Stack ints{at::arange(4, at::kInt), int64_t{4}, at::Scalar(0), at::Scalar(3)};
+  EXPECT_FALSE(CallUpcast(histc, {true, false, false, false}, &ints)) << "an integer tensor written in place";
+  ASSERT_TRUE(CallUpcast(histc, {false, false, false, false}, &ints));
+  ASSERT_EQ(ints.size(), 1u);
+  EXPECT_EQ(ints[0].toTensor().scalar_type(), at::kInt);
+  EXPECT_TRUE(at::equal(ints[0].toTensor(), at::ones({4}, at::kInt)));
 }
 
 }  // namespace
