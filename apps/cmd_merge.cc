@@ -31,19 +31,13 @@ int Merge(const GlobalOptions& global, const std::vector<std::string>& sources) 
   std::sort(total.runs.begin(), total.runs.end());
   total.runs.erase(std::unique(total.runs.begin(), total.runs.end()), total.runs.end());
   for (const auto& run : total.runs) {
-    auto rows = (*reg)->Query(
-        "SELECT r.finished_at, (SELECT COUNT(*) FROM run_shards s WHERE s.run_id = r.run_id), "
-        "(SELECT MAX(shard_count) FROM run_shards s WHERE s.run_id = r.run_id), "
-        "(SELECT COUNT(*) FROM run_shards s WHERE s.run_id = r.run_id AND s.finished_at IS NOT NULL), "
-        "(SELECT COUNT(*) FROM results x WHERE x.run_id = r.run_id), "
-        "(SELECT COUNT(*) FROM model_results x WHERE x.run_id = r.run_id) FROM runs r WHERE r.run_id = ?1",
-        {run});
-    if (!rows || rows->rows.empty()) continue;
-    const auto& row = rows->rows[0];
-    std::string state = !row[0].empty() ? "finished" : "not finished";
-    if (row[1] != "0") state += fmt::format(" ({} of {} shards finished)", row[3], row[2]);
-    std::printf("run %s: %s; %s results, %s model results\n", run.c_str(), state.c_str(), row[4].c_str(),
-                row[5].c_str());
+    auto overview = (*reg)->GetRunOverview(run);
+    if (!overview || !*overview) continue;
+    const registry::RunOverview& o = **overview;
+    std::string state = !o.run.finished_at.empty() ? "finished" : "not finished";
+    if (o.shard_count > 0) state += fmt::format(" ({} of {} shards finished)", o.shards_finished, o.shard_count);
+    std::printf("run %s: %s; %lld results, %lld model results\n", run.c_str(), state.c_str(),
+                static_cast<long long>(o.unit_results), static_cast<long long>(o.model_results));
   }
   std::printf("merged into %s\n", global.registry_path.c_str());
   return kExitOk;

@@ -172,12 +172,10 @@ Result<int64_t> ConfirmPerfRegressions(const GlobalOptions& global, const std::v
     return Status::Aborted(fmt::format("re-measuring the suspected performance regressions (run {}) ended with exit "
                                        "code {}; resume with --run-id {}", check_id, rc, run_id));
   }
-  COV_ASSIGN_OR_RETURN(auto rows, reg.Query("SELECT c.key, r.warm_us, COALESCE(r.warm_spread_us, 0) FROM results r "
-                                            "JOIN op_cases c ON c.case_id = r.case_id WHERE r.run_id = ?1",
-                                            {check_id}));
+  COV_ASSIGN_OR_RETURN(auto rows, reg.CaseResultsForRun(check_id));
   std::map<std::string, std::pair<double, double>> again;
-  for (const auto& row : rows.rows) {
-    if (!row[1].empty()) again[row[0]] = {std::stod(row[1]), std::stod(row[2])};
+  for (const auto& row : rows) {
+    if (row.result.warm_us) again[row.key] = {*row.result.warm_us, row.result.warm_spread_us.value_or(0)};
   }
   const reports::ReportOptions rule;  // the report's thresholds
   int64_t confirmed = 0;
@@ -245,8 +243,8 @@ int Nightly(const GlobalOptions& global, const std::string& config_path, std::st
     if (has(s)) model_stages += (model_stages.empty() ? "" : ",") + std::string(s);
   }
   if (!model_stages.empty()) {
-    auto selections = (*reg)->Query("SELECT COUNT(*) FROM selections");
-    if (selections && selections->rows[0][0] == "0") {
+    auto selection = (*reg)->SelectionModels(0);
+    if (!selection && selection.error().code() == StatusCode::kNotFound) {
       std::printf("\nno selection in %s: the %s stages need representatives (`coverage crawl`, `coverage select`, "
                   "`coverage capture --selection`); skipped\n",
                   global.registry_path.c_str(), model_stages.c_str());

@@ -59,9 +59,9 @@ std::string ShellWord(const std::string& word) {
 // "latest": the newest run in the registry.
 Result<std::string> ResolveRun(registry::Registry& reg, const std::string& id) {
   if (id != "latest") return id;
-  COV_ASSIGN_OR_RETURN(auto rows, reg.Query("SELECT run_id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1"));
-  if (rows.rows.empty()) return Status::NotFound("--run latest: the registry has no runs; run `coverage run` first");
-  return rows.rows[0][0];
+  COV_ASSIGN_OR_RETURN(auto latest, reg.LatestRunId());
+  if (!latest) return Status::NotFound("--run latest: the registry has no runs; run `coverage run` first");
+  return *latest;
 }
 
 int Report(const GlobalOptions& global, const ReportFlags& flags) {
@@ -102,26 +102,22 @@ int Repro(const GlobalOptions& global, const std::string& key, const std::string
   }
   const OpCase& c = (*found)->op_case;
   std::printf("case %s: %s\n", key.c_str(), c.Summary().c_str());
-  auto sources = (*reg)->Query(
-      "SELECT model_id, module_path, profile, call_count FROM case_sources s JOIN op_cases c ON c.case_id = s.case_id "
-      "WHERE c.key = ?1 ORDER BY call_count DESC, model_id LIMIT 10",
-      {key});
-  if (sources && !sources->rows.empty()) {
+  auto sources = (*reg)->SourcesOfCase(key, 10);
+  if (sources && !sources->empty()) {
     std::printf("used by:\n");
-    for (const auto& row : sources->rows) {
-      std::printf("  %s  %s (%s, %s calls)\n", row[0].c_str(), row[1].c_str(), row[2].c_str(), row[3].c_str());
+    for (const auto& s : *sources) {
+      std::printf("  %s  %s (%s, %lld calls)\n", s.model_id.c_str(), s.module_path.c_str(), s.profile.c_str(),
+                  static_cast<long long>(s.call_count));
     }
   }
-  auto results = (*reg)->Query(
-      "SELECT r.run_id, u.backend, r.outcome, r.error FROM results r JOIN op_cases c ON c.case_id = r.case_id "
-      "JOIN runs u ON u.run_id = r.run_id WHERE c.key = ?1 ORDER BY u.started_at DESC LIMIT 5",
-      {key});
-  if (results && !results->rows.empty()) {
+  auto results = (*reg)->ResultsOfCase(key, 5);
+  if (!results) return ReportError(results.error());
+  if (!results->empty()) {
     std::printf("latest results:\n");
-    for (const auto& row : results->rows) {
-      std::string err = row[3].size() > 200 ? row[3].substr(0, 197) + "..." : row[3];
-      std::printf("  %s (%s): %s%s%s\n", row[0].c_str(), row[1].c_str(), row[2].c_str(), err.empty() ? "" : ": ",
-                  err.c_str());
+    for (const auto& r : *results) {
+      std::string err = r.error.size() > 200 ? r.error.substr(0, 197) + "..." : r.error;
+      std::printf("  %s (%s): %s%s%s\n", r.run_id.c_str(), r.backend.c_str(), std::string(OutcomeName(r.outcome)).c_str(),
+                  err.empty() ? "" : ": ", err.c_str());
     }
   }
   std::printf("\n# The case as stored (canonical JSON):\n%s\n", c.ToCanonicalJson().c_str());

@@ -2,6 +2,7 @@
 // `coverage run --stage=module,model,train`: runs representatives' modules,
 // forward passes and training steps on a backend (stages/model_stage.h).
 #include <algorithm>
+#include <tuple>
 #include <cstdlib>
 #include <cstdio>
 #include <sstream>
@@ -285,15 +286,22 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
                                                        summary->flaky));
   }
   if (summary->Failed() && flags.show_failures > 0) {
-    auto failing = (*reg)->Query(
-        "SELECT key, summary, outcome, error FROM v_results WHERE run_id = ?1 AND outcome NOT IN "
-        "('pass','skipped','expected_failure') ORDER BY op, key LIMIT " + std::to_string(flags.show_failures),
-        {summary->run_id});
-    if (failing) {
+    auto rows = (*reg)->CaseResultsForRun(summary->run_id);
+    if (rows) {
+      std::vector<const registry::CaseResultRow*> failing;
+      for (const auto& row : *rows) {
+        if (IsUnexpectedFailure(row.result.outcome)) failing.push_back(&row);
+      }
+      std::sort(failing.begin(), failing.end(), [](const auto* a, const auto* b) {
+        return std::tie(a->op, a->key) < std::tie(b->op, b->key);
+      });
+      if (failing.size() > static_cast<size_t>(flags.show_failures)) failing.resize(flags.show_failures);
       std::printf("\nfailing cases (first %d):\n", flags.show_failures);
-      for (const auto& row : failing->rows) {
-        std::string err = row[3].size() > 300 ? row[3].substr(0, 297) + "..." : row[3];
-        std::printf("  %s %s\n    %s: %s\n", row[0].c_str(), row[1].c_str(), row[2].c_str(), err.c_str());
+      for (const auto* row : failing) {
+        const std::string& e = row->result.error;
+        std::string err = e.size() > 300 ? e.substr(0, 297) + "..." : e;
+        std::printf("  %s %s\n    %s: %s\n", row->key.c_str(), row->summary.c_str(),
+                    std::string(OutcomeName(row->result.outcome)).c_str(), err.c_str());
       }
     }
   }

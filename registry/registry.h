@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -124,6 +125,41 @@ struct ResultRecord {
   std::string attempt_outcomes;   // "crash,pass" when rerun; empty for one attempt
   std::optional<double> warm_spread_us;
   std::string counters_json;      // backend counters during the case; empty when none
+};
+
+// A run as a report shows it (Registry::GetRunOverview).
+struct RunOverview {
+  RunRecord run;
+  int64_t unit_results = 0;     // rows of results
+  int64_t model_results = 0;    // rows of model_results
+  int64_t shard_count = 0;      // 0: not sharded
+  int64_t shards_finished = 0;
+};
+
+// A unit result with what identifies its case (Registry::CaseResultsForRun).
+struct CaseResultRow {
+  std::string key;
+  std::string op;       // qualified: "aten::add.Tensor"
+  std::string summary;
+  std::string dtypes;   // "f32 i64"
+  ResultRecord result;
+};
+
+struct CaseSourceRow {
+  std::string model_id, module_path, profile;
+  int64_t call_count = 0;
+};
+
+struct CaseRunResult {
+  std::string run_id, backend;
+  Outcome outcome = Outcome::kPass;
+  std::string error;
+};
+
+struct CaseModelRow {
+  int64_t case_id = 0;
+  std::string model_id;
+  std::string model_type;  // "" when unknown
 };
 
 // A model's config as stored, for feature extraction.
@@ -317,7 +353,9 @@ class Registry {
   // stored whole or not at all.
   Status RecordModelStage(const std::string& run_id, const std::string& model_id, const std::string& profile,
                           const std::string& stage, const std::vector<ModelResultRecord>& items);
-  Result<std::vector<ModelResultRecord>> ModelResultsForRun(const std::string& run_id);
+  // Ordered by model, profile, stage (module, model, train) and item; or,
+  // with `as_stored`, in the order they were written.
+  Result<std::vector<ModelResultRecord>> ModelResultsForRun(const std::string& run_id, bool as_stored = false);
 
   Result<std::vector<StoredCase>> FindCases(const CaseFilter& filter);
   Result<std::optional<StoredCase>> GetCaseByKey(const std::string& key);
@@ -372,6 +410,29 @@ class Registry {
   Result<std::unordered_set<int64_t>> FinishedCaseIds(const std::string& run_id);
   Status RecordResult(const ResultRecord& result);
   Result<std::vector<ResultRecord>> ResultsForRun(const std::string& run_id);
+
+  // Typed reads for reports (registry/reads.cc): outcomes are parsed once
+  // here, and an unknown one is a Corruption naming the database, run and
+  // row; no SQL outside registry/.
+  // A run with its result count and shard progress; nullopt when unknown.
+  Result<std::optional<RunOverview>> GetRunOverview(const std::string& run_id);
+  // Finished runs of `stage` on `backend` started before `started_at`, other
+  // than `except`, newest first (baseline candidates).
+  Result<std::vector<RunOverview>> FinishedRunsBefore(const std::string& stage, const std::string& backend,
+                                                      const std::string& started_at, const std::string& except);
+  // Every unit result of `run_id` with its case's key, op, summary and dtypes.
+  Result<std::vector<CaseResultRow>> CaseResultsForRun(const std::string& run_id);
+  // The models each case with a result in either run was captured from,
+  // by case id and model id.
+  Result<std::vector<CaseModelRow>> CaseModelsOfRuns(const std::string& run_id, const std::string& other_run_id);
+  // model_type of each of `model_ids` that has one.
+  Result<std::map<std::string, std::string>> ModelTypes(const std::vector<std::string>& model_ids);
+  // The newest run (by start, then insertion); nullopt when there is none.
+  Result<std::optional<std::string>> LatestRunId();
+  // Where the case with `key` was captured, most calls first (at most `limit`).
+  Result<std::vector<CaseSourceRow>> SourcesOfCase(const std::string& key, int64_t limit);
+  // The case's results in the newest runs first (at most `limit`).
+  Result<std::vector<CaseRunResult>> ResultsOfCase(const std::string& key, int64_t limit);
 
   // Runs a query over the documented tables and views (stats, summaries).
   // `text_params` bind ?1, ?2, ... as text.

@@ -53,18 +53,7 @@ namespace coverage::reports {
 
 namespace {
 
-using registry::QueryRows;
 using registry::Registry;
-
-std::optional<double> Number(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (end == text.c_str()) return std::nullopt;
-  return v;
-}
-
-int64_t Integer(const std::string& text) { return text.empty() ? 0 : std::strtoll(text.c_str(), nullptr, 10); }
 
 std::vector<std::string> Words(const std::string& text) {
   std::vector<std::string> out;
@@ -126,26 +115,19 @@ std::string ShellQuote(const std::string& s) {
 
 // ---- runs and baselines ----------------------------------------------------
 
-constexpr const char* kRunColumns =
-    "SELECT r.run_id, r.stage, r.backend, r.started_at, r.finished_at, r.host, r.git_revision, "
-    "r.libtorch_version, r.config_json, "
-    "(SELECT COUNT(*) FROM results x WHERE x.run_id = r.run_id) + "
-    "(SELECT COUNT(*) FROM model_results x WHERE x.run_id = r.run_id), "
-    "(SELECT MAX(shard_count) FROM run_shards s WHERE s.run_id = r.run_id), "
-    "(SELECT COUNT(*) FROM run_shards s WHERE s.run_id = r.run_id AND COALESCE(s.finished_at, '') <> '') "
-    "FROM runs r ";
-
-RunInfo RunFromRow(const std::vector<std::string>& row) {
-  RunInfo run{row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8]};
-  run.results = Integer(row[9]);
-  if (!row[10].empty()) run.shards = row[11] + " of " + row[10] + " shards finished";
+RunInfo FromOverview(const registry::RunOverview& o) {
+  const registry::RunRecord& r = o.run;
+  RunInfo run{r.run_id, r.stage, r.backend, r.started_at, r.finished_at, r.host, r.git_revision, r.libtorch_version,
+              r.config_json};
+  run.results = o.unit_results + o.model_results;
+  if (o.shard_count > 0) run.shards = fmt::format("{} of {} shards finished", o.shards_finished, o.shard_count);
   return run;
 }
 
 Result<RunInfo> LoadRun(Registry& registry, const std::string& run_id) {
-  COV_ASSIGN_OR_RETURN(QueryRows rows, registry.Query(std::string(kRunColumns) + "WHERE r.run_id = ?1", {run_id}));
-  if (rows.rows.empty()) return Status::NotFound("no run '" + run_id + "' in the registry");
-  return RunFromRow(rows.rows[0]);
+  COV_ASSIGN_OR_RETURN(auto overview, registry.GetRunOverview(run_id));
+  if (!overview) return Status::NotFound("no run '" + run_id + "' in the registry");
+  return FromOverview(*overview);
 }
 
 bool IsUnitStage(const RunInfo& run) { return run.stage == "unit"; }
@@ -165,20 +147,15 @@ nlohmann::json JudgingOptions(const RunInfo& run) {
 // The last finished run of the same stage and backend, started before `run`,
 // judged with the same options; or the reason there is none.
 Result<std::pair<std::optional<RunInfo>, std::string>> FindBaseline(Registry& registry, const RunInfo& run) {
-  COV_ASSIGN_OR_RETURN(
-      QueryRows rows,
-      registry.Query(std::string(kRunColumns) +
-                         "WHERE r.stage = ?1 AND r.backend = ?2 AND COALESCE(r.finished_at, '') <> '' "
-                         "AND r.started_at < ?3 AND r.run_id <> ?4 ORDER BY r.started_at DESC, r.run_id DESC",
-                     {run.stage, run.backend, run.started_at, run.run_id}));
+  COV_ASSIGN_OR_RETURN(auto earlier, registry.FinishedRunsBefore(run.stage, run.backend, run.started_at, run.run_id));
   const nlohmann::json judging = JudgingOptions(run);
-  for (const auto& row : rows.rows) {
-    RunInfo candidate = RunFromRow(row);
+  for (const auto& overview : earlier) {
+    RunInfo candidate = FromOverview(overview);
     if (JudgingOptions(candidate) == judging) return std::make_pair(std::optional<RunInfo>(candidate), std::string());
   }
   std::string why = "no finished " + run.stage + " run on " + run.backend + " started before it";
-  if (!rows.rows.empty()) {
-    why = std::to_string(rows.rows.size()) + " earlier finished " + run.stage + " run(s) on " + run.backend +
+  if (!earlier.empty()) {
+    why = std::to_string(earlier.size()) + " earlier finished " + run.stage + " run(s) on " + run.backend +
           " ran other cases or were judged with other options";
   }
   return std::make_pair(std::optional<RunInfo>(), why);
@@ -259,33 +236,28 @@ void ApplyFindings(Entry& entry, std::vector<Finding> findings) {
 
 // ---- unit runs -------------------------------------------------------------
 
-constexpr const char* kCaseQuery =
-    "SELECT r.case_id, c.key, c.op || CASE WHEN c.overload = '' THEN '' ELSE '.' || c.overload END, c.summary, "
-    "TRIM(c.dtypes), r.outcome, r.error, r.max_abs_err, r.max_rel_err, r.mismatch_frac, r.cosine, r.error_ratio, "
-    "r.first_call_us, r.warm_us, r.warm_spread_us, r.attempts, r.flaky, r.attempt_outcomes, r.counters_json "
-    "FROM results r JOIN op_cases c ON c.case_id = r.case_id WHERE r.run_id = ?1";
-
-CaseEntry CaseFromRow(const std::string& run_id, const std::vector<std::string>& row) {
+CaseEntry FromRow(const std::string& run_id, const registry::CaseResultRow& row) {
+  const registry::ResultRecord& r = row.result;
   CaseEntry c;
   c.run_id = run_id;
-  c.key = row[1];
-  c.op = row[2];
-  c.summary = row[3];
-  c.dtypes = row[4];
-  c.outcome = row[5];
-  c.error = row[6];
-  c.max_abs_err = Number(row[7]);
-  c.max_rel_err = Number(row[8]);
-  c.mismatch_frac = Number(row[9]);
-  c.cosine = Number(row[10]);
-  c.error_ratio = Number(row[11]);
-  c.first_call_us = Number(row[12]);
-  c.warm_us = Number(row[13]);
-  c.warm_spread_us = Number(row[14]);
-  c.attempts = static_cast<int>(Integer(row[15]));
-  c.flaky = row[16] == "1";
-  c.attempt_outcomes = row[17];
-  c.counters_json = row[18];
+  c.key = row.key;
+  c.op = row.op;
+  c.summary = row.summary;
+  c.dtypes = row.dtypes;
+  c.outcome = OutcomeName(r.outcome);
+  c.error = r.error;
+  c.max_abs_err = r.max_abs_err;
+  c.max_rel_err = r.max_rel_err;
+  c.mismatch_frac = r.mismatch_frac;
+  c.cosine = r.cosine;
+  c.error_ratio = r.error_ratio;
+  c.first_call_us = r.first_call_us;
+  c.warm_us = r.warm_us;
+  c.warm_spread_us = r.warm_spread_us;
+  c.attempts = r.attempts;
+  c.flaky = r.flaky;
+  c.attempt_outcomes = r.attempt_outcomes;
+  c.counters_json = r.counters_json;
   return c;
 }
 
@@ -294,25 +266,19 @@ using CaseMap = std::unordered_map<int64_t, CaseEntry>;
 // The results of `run_id` by case id; none for "" (no baseline).
 Result<CaseMap> LoadCases(Registry& registry, const std::string& run_id) {
   if (run_id.empty()) return CaseMap();
-  COV_ASSIGN_OR_RETURN(QueryRows rows, registry.Query(kCaseQuery, {run_id}));
+  COV_ASSIGN_OR_RETURN(auto rows, registry.CaseResultsForRun(run_id));
   CaseMap out;
-  out.reserve(rows.rows.size());
-  for (const auto& row : rows.rows) out.emplace(Integer(row[0]), CaseFromRow(run_id, row));
+  out.reserve(rows.size());
+  for (const auto& row : rows) out.emplace(row.result.case_id, FromRow(run_id, row));
   return out;
 }
 
 // Provenance of every case with a result in either run, in one query.
 Status AddProvenance(Registry& registry, const std::string& run_id, const std::string& baseline_id, CaseMap& now,
                      CaseMap& removed) {
-  COV_ASSIGN_OR_RETURN(
-      QueryRows rows,
-      registry.Query("SELECT DISTINCT s.case_id, s.model_id, COALESCE(m.model_type, '') FROM case_sources s "
-                     "LEFT JOIN models m ON m.id = s.model_id "
-                     "WHERE s.case_id IN (SELECT case_id FROM results WHERE run_id = ?1 OR run_id = ?2) "
-                     "ORDER BY s.case_id, s.model_id",
-                     {run_id, baseline_id}));
-  for (const auto& row : rows.rows) {
-    const int64_t id = Integer(row[0]);
+  COV_ASSIGN_OR_RETURN(auto rows, registry.CaseModelsOfRuns(run_id, baseline_id));
+  for (const auto& row : rows) {
+    const int64_t id = row.case_id;
     auto it = now.find(id);
     CaseEntry* c = it != now.end() ? &it->second : nullptr;
     if (c == nullptr) {
@@ -320,8 +286,8 @@ Status AddProvenance(Registry& registry, const std::string& run_id, const std::s
       if (r == removed.end()) continue;
       c = &r->second;
     }
-    if (c->models.empty() || c->models.back() != row[1]) c->models.push_back(row[1]);
-    if (!row[2].empty()) c->families.push_back(row[2]);
+    if (c->models.empty() || c->models.back() != row.model_id) c->models.push_back(row.model_id);
+    if (!row.model_type.empty()) c->families.push_back(row.model_type);
   }
   auto tidy = [](CaseEntry& c) {
     std::sort(c.families.begin(), c.families.end());
@@ -430,32 +396,27 @@ using ItemKey = std::tuple<std::string, std::string, std::string>;  // model, st
 Result<std::map<ItemKey, ModelItemEntry>> LoadItems(Registry& registry, const std::string& run_id,
                                                      std::vector<ItemKey>* order,
                                                      std::map<std::string, std::string>* families) {
-  COV_ASSIGN_OR_RETURN(
-      QueryRows rows,
-      registry.Query("SELECT model_id, profile, stage, item, outcome, error, blocked_by, family, max_abs_err, "
-                     "max_rel_err, cosine, error_ratio, seconds, attempts, flaky FROM model_results "
-                     "WHERE run_id = ?1 ORDER BY rowid",
-                     {run_id}));
+  COV_ASSIGN_OR_RETURN(auto rows, registry.ModelResultsForRun(run_id, /*as_stored=*/true));
   std::map<ItemKey, ModelItemEntry> out;
-  for (const auto& row : rows.rows) {
+  for (const auto& r : rows) {
     ModelItemEntry e;
     e.run_id = run_id;
-    e.profile = row[1];
-    e.stage = row[2];
-    e.item = row[3];
-    e.outcome = row[4];
-    e.error = row[5];
-    e.blocked_by = row[6];
-    e.max_abs_err = Number(row[8]);
-    e.max_rel_err = Number(row[9]);
-    e.cosine = Number(row[10]);
-    e.error_ratio = Number(row[11]);
-    e.seconds = Number(row[12]).value_or(0);
-    e.attempts = static_cast<int>(Integer(row[13]));
-    e.flaky = row[14] == "1";
-    ItemKey key{row[0], row[2], row[3]};
+    e.profile = r.profile;
+    e.stage = r.stage;
+    e.item = r.item;
+    e.outcome = OutcomeName(r.outcome);
+    e.error = r.error;
+    e.blocked_by = r.blocked_by;
+    e.max_abs_err = r.max_abs_err;
+    e.max_rel_err = r.max_rel_err;
+    e.cosine = r.cosine;
+    e.error_ratio = r.error_ratio;
+    e.seconds = r.seconds;
+    e.attempts = r.attempts;
+    e.flaky = r.flaky;
+    ItemKey key{r.model_id, r.stage, r.item};
     if (order) order->push_back(key);
-    if (families && !row[7].empty()) families->emplace(row[0], row[7]);
+    if (families && !r.family.empty()) families->emplace(r.model_id, r.family);
     out.emplace(std::move(key), std::move(e));
   }
   return out;
@@ -584,19 +545,8 @@ void Builder::Finish() {
   {
     std::vector<std::string> ids;
     for (const auto& [id, model] : models_) ids.push_back(id);
-    for (size_t start = 0; start < ids.size(); start += 500) {
-      std::string sql = "SELECT id, COALESCE(model_type, '') FROM models WHERE id IN (";
-      std::vector<std::string> params;
-      for (size_t i = start; i < ids.size() && i < start + 500; ++i) {
-        sql += (params.empty() ? "?" : ", ?") + std::to_string(params.size() + 1);
-        params.push_back(ids[i]);
-      }
-      auto rows = registry_.Query(sql + ")", params);
-      if (!rows) break;  // the matrix then uses structures
-      for (const auto& row : rows->rows) {
-        if (!row[1].empty()) model_types[row[0]] = row[1];
-      }
-    }
+    auto types = registry_.ModelTypes(ids);
+    if (types) model_types = std::move(*types);  // else the matrix uses structures
   }
   std::map<std::string, StageSummary> stages;
   auto count = [&](const std::string& stage, const std::string& verdict) {

@@ -301,6 +301,64 @@ TEST(Registry, RecordingAResultTwiceReplacesIt) {
   EXPECT_EQ(*r->FinishedCaseIds("r1"), std::unordered_set<int64_t>{id});
 }
 
+// The typed reads reports use: outcomes parsed once, a run's overview with
+// its result count, baseline candidates newest first, and an outcome no
+// build knows is a Corruption naming the database, table, run and row.
+TEST(Registry, TypedReadsForReportsParseOutcomesAndNameCorruptRows) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  int64_t id = *r->UpsertCase(MmCase(2, 2, 2), {});
+  ASSERT_TRUE(r->AddCaseSource(id, {"org/model", "m", "", "prefill", 0, 1}).ok());
+  for (const char* run_id : {"r1", "r2"}) {
+    RunRecord run{.run_id = run_id, .stage = "unit", .backend = "cpu", .started_at = run_id};
+    ASSERT_TRUE(r->CreateOrResumeRun(run, nullptr).has_value());
+    ASSERT_TRUE(r->RecordResult({.run_id = run_id, .case_id = id, .outcome = Outcome::kMismatch, .max_abs_err = 0.5})
+                    .ok());
+    ASSERT_TRUE(r->FinishRun(run_id, std::string(run_id) + "z").ok());
+  }
+  auto overview = r->GetRunOverview("r2");
+  ASSERT_TRUE(overview.has_value() && overview->has_value());
+  EXPECT_EQ((*overview)->unit_results, 1);
+  EXPECT_EQ((*overview)->shard_count, 0);
+  EXPECT_FALSE(r->GetRunOverview("nope")->has_value());
+  auto before = r->FinishedRunsBefore("unit", "cpu", "r2", "r2");
+  ASSERT_TRUE(before.has_value());
+  ASSERT_EQ(before->size(), 1u);
+  EXPECT_EQ((*before)[0].run.run_id, "r1");
+  auto cases = r->CaseResultsForRun("r2");
+  ASSERT_TRUE(cases.has_value());
+  ASSERT_EQ(cases->size(), 1u);
+  EXPECT_EQ((*cases)[0].op, "aten::mm");
+  EXPECT_EQ((*cases)[0].result.outcome, Outcome::kMismatch);
+  EXPECT_DOUBLE_EQ(*(*cases)[0].result.max_abs_err, 0.5);
+  auto models = r->CaseModelsOfRuns("r2", "");
+  ASSERT_TRUE(models.has_value());
+  ASSERT_EQ(models->size(), 1u);
+  EXPECT_EQ((*models)[0].model_id, "org/model");
+
+  EXPECT_EQ(**r->LatestRunId(), "r2");
+  const std::string key = (*cases)[0].key;
+  auto sources = r->SourcesOfCase(key, 10);
+  ASSERT_TRUE(sources.has_value());
+  ASSERT_EQ(sources->size(), 1u);
+  EXPECT_EQ((*sources)[0].profile, "prefill");
+  auto history = r->ResultsOfCase(key, 1);
+  ASSERT_TRUE(history.has_value());
+  ASSERT_EQ(history->size(), 1u) << "at most the limit";
+  EXPECT_EQ((*history)[0].run_id, "r2");
+  EXPECT_EQ((*history)[0].outcome, Outcome::kMismatch);
+
+  ASSERT_TRUE(r->Query("UPDATE results SET outcome = 'exploded' WHERE run_id = 'r2'").has_value());
+  auto bad = r->CaseResultsForRun("r2");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_EQ(bad.error().code(), StatusCode::kCorruption);
+  const std::string msg = bad.error().message();
+  for (const std::string& part : {dir.File("r.db"), std::string("results of run 'r2'"),
+                                 "case " + std::to_string(id), std::string("unknown outcome 'exploded'")}) {
+    EXPECT_NE(msg.find(part), std::string::npos) << part << " not in: " << msg;
+  }
+}
+
 TEST(Registry, ViewsAnswerTheCommonQuestions) {
   TempDir dir;
   auto r = OpenFresh(dir);

@@ -1,0 +1,236 @@
+// Typed reads: results and runs as the stages and reports use them, outcomes
+// parsed once (Registry::GetRunOverview and the rest, registry.h).
+#include <fmt/format.h>
+
+#include "registry/registry.h"
+#include "registry/sqlite.h"
+
+namespace coverage::registry {
+namespace {
+
+// The outcome in column `col`, or a Corruption naming where it was read.
+Result<Outcome> ReadOutcome(const Statement& stmt, int col, const std::string& db, const std::string& table,
+                            const std::string& run_id, const std::string& row) {
+  const std::string text = stmt.Text(col);
+  auto outcome = OutcomeFromName(text);
+  if (!outcome) {
+    return Status::Corruption(fmt::format("{}: {} of run '{}', {}: unknown outcome '{}'", db, table, run_id, row, text));
+  }
+  return *outcome;
+}
+
+// Columns of `results` from `first` on, in this order.
+constexpr const char* kResultColumns =
+    "r.case_id, r.outcome, r.error, r.max_abs_err, r.max_rel_err, r.mismatch_frac, r.cosine, r.error_ratio, "
+    "r.first_call_us, r.warm_us, r.detail_json, r.attempts, r.flaky, r.attempt_outcomes, r.warm_spread_us, "
+    "r.counters_json";
+
+Result<ResultRecord> ReadResult(const Statement& stmt, int first, const std::string& db, const std::string& run_id) {
+  ResultRecord r;
+  r.run_id = run_id;
+  r.case_id = stmt.Int(first);
+  COV_ASSIGN_OR_RETURN(r.outcome, ReadOutcome(stmt, first + 1, db, "results", run_id,
+                                               "case " + std::to_string(r.case_id)));
+  r.error = stmt.Text(first + 2);
+  r.max_abs_err = stmt.OptionalDouble(first + 3);
+  r.max_rel_err = stmt.OptionalDouble(first + 4);
+  r.mismatch_frac = stmt.OptionalDouble(first + 5);
+  r.cosine = stmt.OptionalDouble(first + 6);
+  r.error_ratio = stmt.OptionalDouble(first + 7);
+  r.first_call_us = stmt.OptionalDouble(first + 8);
+  r.warm_us = stmt.OptionalDouble(first + 9);
+  r.detail_json = stmt.Text(first + 10);
+  r.attempts = static_cast<int>(stmt.Int(first + 11));
+  r.flaky = stmt.Int(first + 12) != 0;
+  r.attempt_outcomes = stmt.Text(first + 13);
+  r.warm_spread_us = stmt.OptionalDouble(first + 14);
+  r.counters_json = stmt.Text(first + 15);
+  return r;
+}
+
+constexpr const char* kRunOverview =
+    "SELECT r.run_id, r.stage, r.backend, r.started_at, COALESCE(r.finished_at, ''), COALESCE(r.libtorch_version, ''), "
+    "COALESCE(r.host, ''), COALESCE(r.git_revision, ''), COALESCE(r.config_json, ''), "
+    "(SELECT COUNT(*) FROM results x WHERE x.run_id = r.run_id), "
+    "(SELECT COUNT(*) FROM model_results x WHERE x.run_id = r.run_id), "
+    "COALESCE((SELECT MAX(shard_count) FROM run_shards s WHERE s.run_id = r.run_id), 0), "
+    "(SELECT COUNT(*) FROM run_shards s WHERE s.run_id = r.run_id AND COALESCE(s.finished_at, '') <> '') "
+    "FROM runs r ";
+
+RunOverview ReadOverview(const Statement& stmt) {
+  RunOverview o;
+  o.run = {stmt.Text(0), stmt.Text(1), stmt.Text(2), stmt.Text(3), stmt.Text(4),
+           stmt.Text(5), stmt.Text(6), stmt.Text(7), stmt.Text(8)};
+  o.unit_results = stmt.Int(9);
+  o.model_results = stmt.Int(10);
+  o.shard_count = stmt.Int(11);
+  o.shards_finished = stmt.Int(12);
+  return o;
+}
+
+}  // namespace
+
+Result<std::vector<ResultRecord>> Registry::ResultsForRun(const std::string& run_id) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(std::string("SELECT ") + kResultColumns +
+                                               " FROM results r WHERE r.run_id = ?1 ORDER BY r.case_id"));
+  stmt.Bind(1, run_id);
+  std::vector<ResultRecord> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    COV_ASSIGN_OR_RETURN(ResultRecord r, ReadResult(stmt, 0, db_->path(), run_id));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<std::vector<CaseResultRow>> Registry::CaseResultsForRun(const std::string& run_id) {
+  COV_ASSIGN_OR_RETURN(
+      auto stmt,
+      db_->Prepare(std::string("SELECT c.key, c.op || CASE WHEN c.overload = '' THEN '' ELSE '.' || c.overload END, "
+                               "c.summary, TRIM(c.dtypes), ") +
+                   kResultColumns + " FROM results r JOIN op_cases c ON c.case_id = r.case_id WHERE r.run_id = ?1"));
+  stmt.Bind(1, run_id);
+  std::vector<CaseResultRow> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    CaseResultRow c{stmt.Text(0), stmt.Text(1), stmt.Text(2), stmt.Text(3), {}};
+    COV_ASSIGN_OR_RETURN(c.result, ReadResult(stmt, 4, db_->path(), run_id));
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Result<std::vector<ModelResultRecord>> Registry::ModelResultsForRun(const std::string& run_id, bool as_stored) {
+  COV_ASSIGN_OR_RETURN(
+      auto stmt,
+      db_->Prepare(std::string("SELECT model_id, profile, stage, item, outcome, error, blocked_by, family, max_abs_err, "
+                               "max_rel_err, cosine, error_ratio, seconds, detail_json, attempts, flaky, "
+                               "attempt_outcomes FROM model_results WHERE run_id = ?1 ORDER BY ") +
+                   (as_stored ? "rowid"
+                              : "model_id, profile, CASE stage WHEN 'module' THEN 0 WHEN 'model' THEN 1 ELSE 2 END, "
+                                "item")));
+  stmt.Bind(1, run_id);
+  std::vector<ModelResultRecord> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    ModelResultRecord r;
+    r.run_id = run_id;
+    r.model_id = stmt.Text(0);
+    r.profile = stmt.Text(1);
+    r.stage = stmt.Text(2);
+    r.item = stmt.Text(3);
+    COV_ASSIGN_OR_RETURN(r.outcome, ReadOutcome(stmt, 4, db_->path(), "model_results", run_id,
+                                                 fmt::format("{} {} {}", r.model_id, r.stage, r.item)));
+    r.error = stmt.Text(5);
+    r.blocked_by = stmt.Text(6);
+    r.family = stmt.Text(7);
+    r.max_abs_err = stmt.OptionalDouble(8);
+    r.max_rel_err = stmt.OptionalDouble(9);
+    r.cosine = stmt.OptionalDouble(10);
+    r.error_ratio = stmt.OptionalDouble(11);
+    r.seconds = stmt.Double(12);
+    r.detail_json = stmt.Text(13);
+    r.attempts = static_cast<int>(stmt.Int(14));
+    r.flaky = stmt.Int(15) != 0;
+    r.attempt_outcomes = stmt.Text(16);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<std::optional<RunOverview>> Registry::GetRunOverview(const std::string& run_id) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(std::string(kRunOverview) + "WHERE r.run_id = ?1"));
+  stmt.Bind(1, run_id);
+  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return std::optional<RunOverview>();
+  return std::optional<RunOverview>(ReadOverview(stmt));
+}
+
+Result<std::vector<RunOverview>> Registry::FinishedRunsBefore(const std::string& stage, const std::string& backend,
+                                                              const std::string& started_at,
+                                                              const std::string& except) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(std::string(kRunOverview) +
+                                               "WHERE r.stage = ?1 AND r.backend = ?2 AND "
+                                               "COALESCE(r.finished_at, '') <> '' AND r.started_at < ?3 AND "
+                                               "r.run_id <> ?4 ORDER BY r.started_at DESC, r.run_id DESC"));
+  stmt.Bind(1, stage).Bind(2, backend).Bind(3, started_at).Bind(4, except);
+  std::vector<RunOverview> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out.push_back(ReadOverview(stmt));
+  }
+  return out;
+}
+
+Result<std::vector<CaseModelRow>> Registry::CaseModelsOfRuns(const std::string& run_id,
+                                                            const std::string& other_run_id) {
+  COV_ASSIGN_OR_RETURN(
+      auto stmt, db_->Prepare("SELECT DISTINCT s.case_id, s.model_id, COALESCE(m.model_type, '') FROM case_sources s "
+                              "LEFT JOIN models m ON m.id = s.model_id "
+                              "WHERE s.case_id IN (SELECT case_id FROM results WHERE run_id = ?1 OR run_id = ?2) "
+                              "ORDER BY s.case_id, s.model_id"));
+  stmt.Bind(1, run_id).Bind(2, other_run_id);
+  std::vector<CaseModelRow> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out.push_back({stmt.Int(0), stmt.Text(1), stmt.Text(2)});
+  }
+  return out;
+}
+
+Result<std::map<std::string, std::string>> Registry::ModelTypes(const std::vector<std::string>& model_ids) {
+  std::map<std::string, std::string> out;
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT COALESCE(model_type, '') FROM models WHERE id = ?1"));
+  for (const auto& id : model_ids) {
+    COV_RETURN_IF_ERROR(stmt.Reset());
+    stmt.Bind(1, id);
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (row && !stmt.Text(0).empty()) out[id] = stmt.Text(0);
+  }
+  return out;
+}
+
+Result<std::optional<std::string>> Registry::LatestRunId() {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT run_id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1"));
+  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(stmt.Text(0));
+}
+
+Result<std::vector<CaseSourceRow>> Registry::SourcesOfCase(const std::string& key, int64_t limit) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT s.model_id, s.module_path, s.profile, s.call_count "
+                                               "FROM case_sources s JOIN op_cases c ON c.case_id = s.case_id "
+                                               "WHERE c.key = ?1 ORDER BY s.call_count DESC, s.model_id LIMIT ?2"));
+  stmt.Bind(1, key).Bind(2, limit);
+  std::vector<CaseSourceRow> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out.push_back({stmt.Text(0), stmt.Text(1), stmt.Text(2), stmt.Int(3)});
+  }
+  return out;
+}
+
+Result<std::vector<CaseRunResult>> Registry::ResultsOfCase(const std::string& key, int64_t limit) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT r.run_id, u.backend, r.outcome, COALESCE(r.error, '') "
+                                               "FROM results r JOIN op_cases c ON c.case_id = r.case_id "
+                                               "JOIN runs u ON u.run_id = r.run_id WHERE c.key = ?1 "
+                                               "ORDER BY u.started_at DESC LIMIT ?2"));
+  stmt.Bind(1, key).Bind(2, limit);
+  std::vector<CaseRunResult> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    CaseRunResult r{stmt.Text(0), stmt.Text(1), Outcome::kPass, stmt.Text(3)};
+    COV_ASSIGN_OR_RETURN(r.outcome, ReadOutcome(stmt, 2, db_->path(), "results", r.run_id, "case " + key));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace coverage::registry
