@@ -50,6 +50,11 @@
 //    of the program (a data-dependent op such as nonzero, or a wrong
 //    kernel) stops the replay as shape_divergence naming the call: later
 //    calls' recorded sizes no longer fit.
+//  * A call the backend raises on is run on the reference too: when the
+//    reference cannot run it either, the program is not replayable as
+//    captured (traced on meta, where nothing checks an index against its
+//    table) and the replay is skipped with the reference's reason; no
+//    backend is blamed.
 //  * When the free-running replay fails, a second pass feeds every call on
 //    the backend the reference's inputs and compares its outputs with the
 //    reference's under the unit stage's rules (golden on a miss): the first
@@ -642,6 +647,18 @@ class Replayer {
     }
   }
 
+  // A backend that raised on a call: when the reference cannot run the call
+  // either (a program traced on meta, where nothing checks an index against
+  // its table, e.g. 512 positions into a 64-row position embedding), the
+  // program is not replayable as captured and no backend is blamed: the
+  // reference's skip is returned. Otherwise the backend's failure stands.
+  Failure ReferenceFirst(const ProgramCall& call, const Op& op, const Failure& backend,
+                         std::vector<c10::IValue>* want) {
+    if (backend.outcome != Outcome::kError && backend.outcome != Outcome::kUnsupported) return backend;
+    Failure r = RunReference(call, op, want);
+    return r.outcome == Outcome::kPass ? backend : r;
+  }
+
   Failure Step(const ProgramCall& call) {
     const Op& op = ops_[static_cast<size_t>(call.index)];
     std::vector<c10::IValue> want;
@@ -666,7 +683,7 @@ class Replayer {
         };
       }
       Failure f = RunBackend(call, op, lookup, &got);
-      if (f.outcome != Outcome::kPass) return f;
+      if (f.outcome != Outcome::kPass) return ReferenceFirst(call, op, f, &want);
       f = RunReference(call, op, &want);
       if (f.outcome != Outcome::kPass) return f;
       for (size_t k = 0; k < got.size(); ++k) {
@@ -702,6 +719,7 @@ class Replayer {
           },
           &got);
       if (f.outcome != Outcome::kPass) {
+        if (Failure r = ReferenceFirst(call, op, f, &want); r.outcome == Outcome::kSkipped) return r;
         divergent_ = {{"call", call.index},          {"op", Qualified(call)},
                       {"case_key", call.op_case->Key()}, {"module", call.module},
                       {"phase", call.phase},         {"outcome", std::string(OutcomeName(f.outcome))},

@@ -193,5 +193,27 @@ TEST(ProgramReplay, ACallThatCannotBeReplayedSkipsTheProgramWithTheReason) {
   EXPECT_EQ(backend.executions, 0);
 }
 
+// A program the reference cannot run either (traced on meta, where nothing
+// checks an index against its table: here the token ids are drawn far
+// outside the vocabulary) is skipped with the reference's reason; no
+// backend is blamed for the error it raises on the same call.
+TEST(ProgramReplay, ACallTheReferenceCannotRunEitherIsNotTheBackendsFailure) {
+  Program p = Prefill();
+  bool widened = false;
+  for (auto& v : p.values) {
+    if (v.kind == "input" && v.name == "input_ids" && v.tensor) {
+      v.tensor->domain.lo = 1'000'000;
+      v.tensor->domain.hi = 2'000'000;
+      widened = true;
+    }
+  }
+  ASSERT_TRUE(widened) << "the fixture has an input_ids leaf";
+  FakeBackend backend;
+  const auto item = runners::ReplayProgram(p, backend, ProgramReplayOptions{});
+  EXPECT_EQ(item.outcome, Outcome::kSkipped) << OutcomeName(item.outcome) << ": " << item.error;
+  EXPECT_NE(item.error.find("the CPU reference cannot replay call"), std::string::npos) << item.error;
+  EXPECT_NE(item.error.find("aten::embedding"), std::string::npos) << item.error;
+}
+
 }  // namespace
 }  // namespace coverage

@@ -105,6 +105,30 @@ def _run_once(model, init_rules, config, kind, profile, opts, device, shadows, s
     return records, recorder.calls, values.count
 
 
+_NOT_TEXT = ("vision", "visual", "image", "audio", "patch", "vit")
+
+
+def _check_positions(model, kind, profile) -> None:
+    """A learned position table shorter than the profile's positions makes
+    the real model raise (index out of range); on meta nothing checks an
+    index, so the trace would record a program no device can run. Refuse the
+    profile with the table's name and size instead."""
+    needed = profile.seq_len + profile.past_len
+    if needed <= 0 or kind in ("speech", "vision", "conv"):
+        return
+    for name, module in model.named_modules():
+        leaf = name.rsplit(".", 1)[-1]
+        if not isinstance(module, torch.nn.Embedding) or not ("pos" in leaf or leaf == "wpe"):
+            continue
+        if any(word in name for word in _NOT_TEXT):  # a vision or audio tower's own positions
+            continue
+        # OPT and BART tables hold 2 rows more than their positions.
+        rows = module.num_embeddings - int(getattr(module, "offset", 0) or 0)
+        if rows < needed:
+            raise ProfileError(f"profile {profile.name} needs {needed} positions; the model's position table "
+                               f"{name} has {rows}")
+
+
 def trace(config_dict: dict, opts: Options) -> tuple[list[dict], int]:
     """(records, exit code) for one config and profile; never raises for a
     model's or the library's failure, which becomes an error record."""
@@ -147,6 +171,10 @@ def _trace(config_dict, opts, t0):
         meta_model, meta_rules = build(cls, config, "meta", dtype, opts.seed, shadows.run, MetaFunctions(shadows))
     except Exception as e:  # noqa: BLE001
         raise _Failed(error_record("build", e))
+    try:
+        _check_positions(meta_model, kind, profile)
+    except ProfileError as e:
+        raise _Failed(error_record("profile", e))
     estimate = estimate_bytes(meta_model, config, profile)
 
     if opts.device == "auto":

@@ -30,6 +30,17 @@ def test_heads_not_dividing_hidden_size_is_reported_with_the_library_message():
     assert code == 3 and records[0]["stage"] == "config" and "attention heads" in records[0]["reason"]
 
 
+def test_a_position_table_shorter_than_the_profile_refuses_the_profile():
+    # On meta nothing checks 512 positions against a 64-row table; the real
+    # model would raise, so the pair is refused with the table named.
+    short = {"model_type": "gpt2", "n_positions": 64, "n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 100}
+    records, code = trace(short, Options(profile="prefill"))
+    assert code == 3 and records[0]["stage"] == "profile", records
+    assert "needs 512 positions" in records[0]["reason"] and "transformer.wpe has 64" in records[0]["reason"]
+    records, code = trace(dict(short, n_positions=1024), Options(profile="prefill"))
+    assert code == 0 and records[0]["type"] == "start"
+
+
 def test_remote_code_is_not_run():
     config = {"model_type": "my_custom_lm", "auto_map": {"AutoConfig": "configuration_x.XConfig"}}
     records, code = trace(config, Options(profile="prefill", model_id="someone/custom"))
