@@ -88,9 +88,7 @@ Judged Judge(const std::string& outcome, const Expectation* e) {
   if (e == nullptr) return {outcome, nullptr};
   if (outcome == "pass") return {"unexpected_pass", e};
   auto o = OutcomeFromName(outcome);
-  const bool listed = e->outcomes.empty() || std::find(e->outcomes.begin(), e->outcomes.end(), outcome) !=
-                                                 e->outcomes.end();
-  if (o && Fails(outcome) && *o != Outcome::kExpectedFailure && listed) return {"expected_failure", e};
+  if (o && Fails(outcome) && *o != Outcome::kExpectedFailure && e->Lists(*o)) return {"expected_failure", e};
   return {outcome, e};
 }
 
@@ -307,12 +305,13 @@ class Builder {
 
  private:
   Judged JudgeCase(const CaseEntry& c, bool count) {
-    const Expectation* e = options_.expectations.MatchCase(c.op, c.key, Words(c.dtypes), c.outcome);
+    const Expectation* e = options_.expectations.MatchCase(c.op, c.key, Words(c.dtypes), OutcomeFromName(c.outcome));
     if (e != nullptr && count) ++matched_[e - options_.expectations.entries.data()];
     return Judge(c.outcome, e);
   }
   Judged JudgeItem(const std::string& model_id, const ModelItemEntry& item, bool count) {
-    const Expectation* e = options_.expectations.MatchModelItem(item.stage, model_id, item.item, item.outcome);
+    const Expectation* e =
+        options_.expectations.MatchModelItem(item.stage, model_id, item.item, OutcomeFromName(item.outcome));
     if (e != nullptr && count) ++matched_[e - options_.expectations.entries.data()];
     return Judge(item.outcome, e);
   }

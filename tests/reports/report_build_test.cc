@@ -591,7 +591,7 @@ TEST(Expectations, ParsesEntriesAndComments) {
   EXPECT_EQ(e->backend, "sim");
   EXPECT_EQ(e->source, "configs/expectations/sim.json");
   ASSERT_EQ(e->entries.size(), 2u);
-  EXPECT_EQ(e->entries[0].outcomes, std::vector<std::string>{"mismatch"});
+  EXPECT_EQ(e->entries[0].outcomes, std::vector<Outcome>{Outcome::kMismatch});
   EXPECT_EQ(e->entries[1].model, "Qwen/*");
 }
 
@@ -625,7 +625,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadExpectations{"BadStage", R"({"expected_failures": [{"stage": "units", "reason": "x"}]})",
                         {"expected_failures[0].stage", "'units' is not a stage"}},
         BadExpectations{"BadOutcome", R"({"expected_failures": [{"outcomes": ["mismatch", "broken"], "reason": "x"}]})",
-                        {"expected_failures[0].outcomes", "'broken' is not an outcome"}},
+                        {"sim.json", "expected_failures[0].outcomes", "'broken' is not an outcome"}},
         BadExpectations{"PassIsNotAFailure", R"({"expected_failures": [{"outcomes": ["pass"], "reason": "x"}]})",
                         {"expected_failures[0].outcomes", "not a failing outcome"}},
         BadExpectations{"BadDtype", R"({"expected_failures": [{"dtype": "float", "reason": "x"}]})",
@@ -649,6 +649,19 @@ TEST(Expectations, OpWithoutOverloadCoversEveryOverload) {
   EXPECT_EQ(e->MatchCase("aten::addmm", "k", {"f32"}), nullptr);
   EXPECT_EQ(e->MatchCase("aten::mm.out", "k", {"f32"}), &e->entries[1]);
   EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}), nullptr);
+}
+
+TEST(Expectations, TheFirstEntryListingTheOutcomeElseTheFirstCoveringIt) {
+  auto e = Expectations::FromJson(R"({"expected_failures": [
+      {"op": "aten::mm", "outcomes": ["mismatch"], "reason": "numerics"},
+      {"op": "aten::mm", "outcomes": ["crash", "timeout"], "reason": "hangs"}]})",
+                                  "x.json");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->entries[1].outcomes, (std::vector<Outcome>{Outcome::kCrash, Outcome::kTimeout}));
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}, Outcome::kTimeout), &e->entries[1]);
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}, Outcome::kMismatch), &e->entries[0]);
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}, Outcome::kError), &e->entries[0]);
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}), &e->entries[0]);
 }
 
 TEST(Expectations, DtypeKeyAndStageNarrowAMatch) {
