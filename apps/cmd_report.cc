@@ -222,7 +222,9 @@ Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Regis
   std::printf("\n");
   for (const auto& s : report.stages) {
     std::string verdicts;
-    for (const auto& [v, n] : s.verdicts) verdicts += fmt::format("{}{} {}", verdicts.empty() ? "" : ", ", n, v);
+    for (const auto& [v, n] : s.VerdictsInNameOrder()) {
+      verdicts += fmt::format("{}{} {}", verdicts.empty() ? "" : ", ", n, OutcomeName(v));
+    }
     std::printf("  %-7s %lld: %s (pass rate %.1f%%)\n", s.stage.c_str(), static_cast<long long>(s.total),
                 verdicts.c_str(), 100 * s.pass_rate);
   }

@@ -67,30 +67,26 @@ std::vector<std::string> Words(const std::string& text) {
   return out;
 }
 
-bool Fails(std::string_view verdict) {
-  auto o = OutcomeFromName(verdict);
-  return o && IsUnexpectedFailure(*o) && *o != Outcome::kUnexpectedPass;
+bool Fails(std::optional<Outcome> verdict) {
+  return verdict && IsUnexpectedFailure(*verdict) && *verdict != Outcome::kUnexpectedPass;
 }
 
 // Passing for pass rates and the matrix: the op or model works, whether or not
 // an expectation said otherwise.
-bool Passes(std::string_view verdict) {
-  return verdict == "pass" || verdict == "expected_failure" || verdict == "unexpected_pass";
+bool Passes(Outcome verdict) {
+  return verdict == Outcome::kPass || verdict == Outcome::kExpectedFailure || verdict == Outcome::kUnexpectedPass;
 }
 
 struct Judged {
-  std::string verdict;
+  Outcome verdict;
   const Expectation* expectation = nullptr;
 };
 
 // The verdict of `outcome` under the expectation covering its result (or none).
-Judged Judge(const std::string& outcome, const Expectation* e) {
+Judged Judge(Outcome outcome, const Expectation* e) {
   if (e == nullptr) return {outcome, nullptr};
-  if (outcome == "pass") return {"unexpected_pass", e};
-  auto o = OutcomeFromName(outcome);
-  const bool listed = e->outcomes.empty() || std::find(e->outcomes.begin(), e->outcomes.end(), outcome) !=
-                                                 e->outcomes.end();
-  if (o && Fails(outcome) && *o != Outcome::kExpectedFailure && listed) return {"expected_failure", e};
+  if (outcome == Outcome::kPass) return {Outcome::kUnexpectedPass, e};
+  if (Fails(outcome) && e->Lists(outcome)) return {Outcome::kExpectedFailure, e};
   return {outcome, e};
 }
 
@@ -178,9 +174,9 @@ int Priority(Change c) {
   return 100;
 }
 
-std::optional<Finding> VerdictChange(const std::string& base_verdict, const std::string& verdict) {
+std::optional<Finding> VerdictChange(Outcome base_verdict, Outcome verdict) {
   const bool was = Fails(base_verdict), is = Fails(verdict);
-  const std::string words = base_verdict + " -> " + verdict;
+  const std::string words = fmt::format("{} -> {}", OutcomeName(base_verdict), OutcomeName(verdict));
   if (!was && is) return Finding{Change::kNewFailure, words};
   if (was && !is) return Finding{Change::kFixed, words};
   if (was && is) return Finding{Change::kStillFailing, words};
@@ -244,7 +240,7 @@ CaseEntry FromRow(const std::string& run_id, const registry::CaseResultRow& row)
   c.op = row.op;
   c.summary = row.summary;
   c.dtypes = row.dtypes;
-  c.outcome = OutcomeName(r.outcome);
+  c.outcome = r.outcome;
   c.error = r.error;
   c.max_abs_err = r.max_abs_err;
   c.max_rel_err = r.max_rel_err;
@@ -306,15 +302,16 @@ class Builder {
   Result<Report> Build();
 
  private:
+  // Cases and items loaded from the registry always have an outcome.
   Judged JudgeCase(const CaseEntry& c, bool count) {
     const Expectation* e = options_.expectations.MatchCase(c.op, c.key, Words(c.dtypes), c.outcome);
     if (e != nullptr && count) ++matched_[e - options_.expectations.entries.data()];
-    return Judge(c.outcome, e);
+    return Judge(*c.outcome, e);
   }
   Judged JudgeItem(const std::string& model_id, const ModelItemEntry& item, bool count) {
     const Expectation* e = options_.expectations.MatchModelItem(item.stage, model_id, item.item, item.outcome);
     if (e != nullptr && count) ++matched_[e - options_.expectations.entries.data()];
-    return Judge(item.outcome, e);
+    return Judge(*item.outcome, e);
   }
 
   Status AddUnitRun(const RunInfo& run, const std::optional<RunInfo>& baseline);
@@ -341,8 +338,8 @@ void SetBaseline(CaseEntry& c, const CaseEntry& base) {
 void Builder::DiffCase(CaseEntry& c, const CaseEntry& base) {
   SetBaseline(c, base);
   std::vector<Finding> findings;
-  if (auto f = VerdictChange(JudgeCase(base, false).verdict, c.verdict)) findings.push_back(*f);
-  if (c.outcome == "pass" && base.outcome == "pass") {
+  if (auto f = VerdictChange(JudgeCase(base, false).verdict, *c.verdict)) findings.push_back(*f);
+  if (c.outcome == Outcome::kPass && base.outcome == Outcome::kPass) {
     for (auto f : {Drift(base.max_abs_err, c.max_abs_err, options_), Perf(c, options_), Compile(c, options_)}) {
       if (f) findings.push_back(*f);
     }
@@ -383,7 +380,7 @@ Status Builder::AddUnitRun(const RunInfo& run, const std::optional<RunInfo>& bas
     c.families = base.families;
     SetBaseline(c, base);
     c.change = Change::kRemoved;
-    c.change_detail = "in " + base.run_id + " (" + base.outcome + "), not in " + run.run_id;
+    c.change_detail = fmt::format("in {} ({}), not in {}", base.run_id, OutcomeName(*base.outcome), run.run_id);
     report_.cases.push_back(std::move(c));
   }
   return Status::Ok();
@@ -404,7 +401,7 @@ Result<std::map<ItemKey, ModelItemEntry>> LoadItems(Registry& registry, const st
     e.profile = r.profile;
     e.stage = r.stage;
     e.item = r.item;
-    e.outcome = OutcomeName(r.outcome);
+    e.outcome = r.outcome;
     e.error = r.error;
     e.blocked_by = r.blocked_by;
     e.max_abs_err = r.max_abs_err;
@@ -444,8 +441,10 @@ Status Builder::AddModelRun(const RunInfo& run, const std::optional<RunInfo>& ba
     } else {
       item.baseline_outcome = b->second.outcome;
       std::vector<Finding> findings;
-      if (auto f = VerdictChange(JudgeItem(model_id, b->second, false).verdict, item.verdict)) findings.push_back(*f);
-      if (item.outcome == "pass" && b->second.outcome == "pass") {
+      if (auto f = VerdictChange(JudgeItem(model_id, b->second, false).verdict, *item.verdict)) {
+        findings.push_back(*f);
+      }
+      if (item.outcome == Outcome::kPass && b->second.outcome == Outcome::kPass) {
         if (auto f = Drift(b->second.max_abs_err, item.max_abs_err, options_)) findings.push_back(*f);
       }
       ApplyFindings(item, std::move(findings));
@@ -462,7 +461,8 @@ Status Builder::AddModelRun(const RunInfo& run, const std::optional<RunInfo>& ba
     item.profile = base.profile;
     item.baseline_outcome = base.outcome;
     item.change = Change::kRemoved;
-    item.change_detail = "in " + baseline->run_id + " (" + base.outcome + "), not in " + run.run_id;
+    item.change_detail =
+        fmt::format("in {} ({}), not in {}", baseline->run_id, OutcomeName(*base.outcome), run.run_id);
     ModelEntry& model = models_[std::get<0>(key)];
     model.model_id = std::get<0>(key);
     model.items.push_back(std::move(item));
@@ -478,16 +478,16 @@ Status Builder::AddModelRun(const RunInfo& run, const std::optional<RunInfo>& ba
 
 // The verdict standing for a model's stage: its first failing item, else
 // skipped if an item was, else unexpected_pass, else expected_failure, else pass.
-std::string StageVerdict(const std::vector<const ModelItemEntry*>& items) {
+Outcome StageVerdict(const std::vector<const ModelItemEntry*>& items) {
   for (const auto* i : items) {
-    if (Fails(i->verdict)) return i->verdict;
+    if (Fails(i->verdict)) return *i->verdict;
   }
-  for (const char* v : {"skipped", "unexpected_pass", "expected_failure"}) {
+  for (Outcome v : {Outcome::kSkipped, Outcome::kUnexpectedPass, Outcome::kExpectedFailure}) {
     for (const auto* i : items) {
       if (i->verdict == v) return v;
     }
   }
-  return "pass";
+  return Outcome::kPass;
 }
 
 int StageRank(const std::string& stage) {
@@ -549,14 +549,14 @@ void Builder::Finish() {
     if (types) model_types = std::move(*types);  // else the matrix uses structures
   }
   std::map<std::string, StageSummary> stages;
-  auto count = [&](const std::string& stage, const std::string& verdict) {
+  auto count = [&](const std::string& stage, Outcome verdict) {
     StageSummary& s = stages[stage];
     s.stage = stage;
     ++s.verdicts[verdict];
     ++s.total;
   };
-  auto cell = [&](std::string family, const std::string& stage, const std::string& verdict) {
-    if (verdict == "skipped") return;
+  auto cell = [&](std::string family, const std::string& stage, Outcome verdict) {
+    if (verdict == Outcome::kSkipped) return;
     if (family.empty()) family = "unknown";
     auto& [passing, total] = r.matrix[family][stage];
     passing += Passes(verdict) ? 1 : 0;
@@ -564,9 +564,10 @@ void Builder::Finish() {
   };
   for (const CaseEntry& c : r.cases) {
     if (c.change == Change::kRemoved) continue;
-    count("unit", c.verdict);
-    if (c.families.empty()) cell("", "unit", c.verdict);
-    for (const auto& f : c.families) cell(f, "unit", c.verdict);
+    const Outcome verdict = *c.verdict;  // every case of a reported run was judged
+    count("unit", verdict);
+    if (c.families.empty()) cell("", "unit", verdict);
+    for (const auto& f : c.families) cell(f, "unit", verdict);
   }
   for (const auto& [id, model] : models_) {
     for (const auto& [stage, verdict] : model.stage_verdict) {
@@ -578,7 +579,7 @@ void Builder::Finish() {
   for (auto& [name, s] : stages) {
     int64_t passing = 0;
     for (const auto& [v, n] : s.verdicts) passing += Passes(v) ? n : 0;
-    const int64_t judged = s.total - (s.verdicts.count("skipped") ? s.verdicts.at("skipped") : 0);
+    const int64_t judged = s.total - (s.verdicts.count(Outcome::kSkipped) ? s.verdicts.at(Outcome::kSkipped) : 0);
     s.pass_rate = judged > 0 ? static_cast<double>(passing) / static_cast<double>(judged) : 0;
     r.stages.push_back(s);
   }
@@ -715,6 +716,17 @@ bool Report::Regressed() const {
 int64_t Report::CountOf(Change change) const {
   auto it = changes.find(change);
   return it == changes.end() ? 0 : it->second;
+}
+
+std::vector<std::pair<Outcome, int64_t>> StageSummary::VerdictsInNameOrder() const {
+  std::vector<std::pair<Outcome, int64_t>> out(verdicts.begin(), verdicts.end());
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return OutcomeName(a.first) < OutcomeName(b.first); });
+  return out;
+}
+
+std::string_view OutcomeNameOrEmpty(const std::optional<Outcome>& outcome) {
+  return outcome ? OutcomeName(*outcome) : std::string_view();
 }
 
 Result<Report> BuildReport(registry::Registry& registry, const ReportOptions& options) {

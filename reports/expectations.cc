@@ -53,7 +53,7 @@ Result<Expectation> ParseEntry(const json& e, std::string_view source, const std
         if (!IsExpectableOutcome(*outcome)) {
           return Bad(source, at, "'" + name + "' is not a failing outcome (mismatch, error, crash, ...)");
         }
-        x.outcomes.push_back(name);
+        x.outcomes.push_back(*outcome);
       }
       continue;
     }
@@ -127,16 +127,13 @@ Result<Expectations> Expectations::FromJson(std::string_view text, std::string_v
   return out;
 }
 
-namespace {
-
-bool Lists(const Expectation& e, std::string_view outcome) {
-  return e.outcomes.empty() || std::find(e.outcomes.begin(), e.outcomes.end(), outcome) != e.outcomes.end();
+bool Expectation::Lists(Outcome outcome) const {
+  return outcomes.empty() || std::find(outcomes.begin(), outcomes.end(), outcome) != outcomes.end();
 }
 
-}  // namespace
-
 const Expectation* Expectations::MatchCase(std::string_view op_qualified, std::string_view key,
-                                           const std::vector<std::string>& dtypes, std::string_view outcome) const {
+                                           const std::vector<std::string>& dtypes,
+                                           std::optional<Outcome> outcome) const {
   const Expectation* first = nullptr;
   for (const Expectation& e : entries) {
     if (!e.stage.empty() && e.stage != "unit") continue;
@@ -144,14 +141,14 @@ const Expectation* Expectations::MatchCase(std::string_view op_qualified, std::s
     if (!e.op.empty() && !OpMatches(e.op, op_qualified)) continue;
     if (!e.key.empty() && e.key != key) continue;
     if (!e.dtype.empty() && std::find(dtypes.begin(), dtypes.end(), e.dtype) == dtypes.end()) continue;
-    if (outcome.empty() || Lists(e, outcome)) return &e;
+    if (!outcome || e.Lists(*outcome)) return &e;
     if (first == nullptr) first = &e;
   }
   return first;
 }
 
 const Expectation* Expectations::MatchModelItem(std::string_view stage, std::string_view model_id,
-                                                std::string_view item, std::string_view outcome) const {
+                                                std::string_view item, std::optional<Outcome> outcome) const {
   const std::string model(model_id);
   const Expectation* first = nullptr;
   for (const Expectation& e : entries) {
@@ -159,7 +156,7 @@ const Expectation* Expectations::MatchModelItem(std::string_view stage, std::str
     if (e.stage == "unit" || !e.op.empty() || !e.key.empty() || !e.dtype.empty()) continue;
     if (!e.model.empty() && fnmatch(e.model.c_str(), model.c_str(), 0) != 0) continue;
     if (!e.item.empty() && e.item != item) continue;
-    if (outcome.empty() || Lists(e, outcome)) return &e;
+    if (!outcome || e.Lists(*outcome)) return &e;
     if (first == nullptr) first = &e;
   }
   return first;

@@ -4,10 +4,12 @@
 // unexpected_pass (the expectation can go). Data, not code (Habit 8).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/outcome.h"
 #include "core/result.h"
 
 namespace coverage::reports {
@@ -20,8 +22,11 @@ struct Expectation {
   std::string dtype;                  // unit: a dtype the case uses ("bf16")
   std::string model;                  // model stages: a glob over model ids
   std::string item;                   // model stages: module kind, "forward", "train"
-  std::vector<std::string> outcomes;  // which failing outcomes are expected; empty: any failure
+  std::vector<Outcome> outcomes;      // which failing outcomes are expected; empty: any failure
   std::string reason;                 // required: why it fails
+
+  // True when `outcomes` is empty or holds `outcome`.
+  bool Lists(Outcome outcome) const;
 };
 
 struct Expectations {
@@ -34,11 +39,12 @@ struct Expectations {
   static Result<Expectations> FromJson(std::string_view json, std::string_view source);
   // The entry covering a unit case / a model item, or nullptr: the first
   // whose `outcomes` list `outcome` (or is empty), else the first covering
-  // it at all (`outcome` empty: the first covering it).
+  // it at all (no `outcome`: the first covering it).
   const Expectation* MatchCase(std::string_view op_qualified, std::string_view key,
-                               const std::vector<std::string>& dtypes, std::string_view outcome = "") const;
+                               const std::vector<std::string>& dtypes,
+                               std::optional<Outcome> outcome = std::nullopt) const;
   const Expectation* MatchModelItem(std::string_view stage, std::string_view model_id, std::string_view item,
-                                    std::string_view outcome = "") const;
+                                    std::optional<Outcome> outcome = std::nullopt) const;
 };
 
 }  // namespace coverage::reports

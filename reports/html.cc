@@ -73,19 +73,26 @@ std::string Join(const std::vector<std::string>& parts, std::string_view separat
   return joined;
 }
 
-// A CSS class for a verdict name; fixed strings, so data never picks a class.
-std::string_view VerdictClass(std::string_view verdict) {
-  if (verdict == "pass") return "v-pass";
-  if (verdict == "expected_failure") return "v-xfail";
-  if (verdict == "unexpected_pass") return "v-xpass";
-  if (verdict == "skipped") return "v-skip";
-  if (verdict.empty()) return "v-none";
-  return "v-fail";
+// A CSS class for a verdict; fixed strings, so data never picks a class.
+std::string_view VerdictClass(Outcome verdict) {
+  switch (verdict) {
+    case Outcome::kPass: return "v-pass";
+    case Outcome::kExpectedFailure: return "v-xfail";
+    case Outcome::kUnexpectedPass: return "v-xpass";
+    case Outcome::kSkipped: return "v-skip";
+    default: return "v-fail";
+  }
 }
 
-std::string VerdictBadge(std::string_view verdict) {
-  if (verdict.empty()) return "";
-  return fmt::format("<span class=\"badge {}\">{}</span>", VerdictClass(verdict), E(verdict));
+std::string VerdictBadge(std::optional<Outcome> verdict) {
+  if (!verdict) return "";
+  return fmt::format("<span class=\"badge {}\">{}</span>", VerdictClass(*verdict), E(OutcomeName(*verdict)));
+}
+
+// A case's verdict as the case table shows it: a removed case has none, so
+// its change stands in.
+std::string ShownVerdict(const CaseEntry& c) {
+  return std::string(c.verdict ? OutcomeName(*c.verdict) : ChangeName(c.change));
 }
 
 bool HasRegression(const CaseEntry& c) {
@@ -184,7 +191,7 @@ void WriteSummary(Out& out, const Report& report) {
     Put(out, "<div class=\"card\" style=\"border-top-color:{}\"><h3>{}</h3><p class=\"rate\">{}</p>",
         RateColour(stage.pass_rate), E(stage.stage), Percent(stage.pass_rate));
     Put(out, "<p class=\"total\">{} {}</p><ul>", stage.total, stage.stage == "unit" ? "cases" : "models");
-    for (const auto& [verdict, count] : stage.verdicts) {
+    for (const auto& [verdict, count] : stage.VerdictsInNameOrder()) {
       Put(out, "<li>{} <span class=\"count\">{}</span></li>", VerdictBadge(verdict), count);
     }
     out += "</ul></div>\n";
@@ -192,7 +199,7 @@ void WriteSummary(Out& out, const Report& report) {
   out += "</div>\n<h3>Changes since the baseline</h3>\n<div class=\"cards changes\">\n";
   int64_t unexpected_passes = 0;
   for (const StageSummary& stage : report.stages) {
-    auto it = stage.verdicts.find("unexpected_pass");
+    auto it = stage.verdicts.find(Outcome::kUnexpectedPass);
     if (it != stage.verdicts.end()) unexpected_passes += it->second;
   }
   struct Shown {
@@ -401,7 +408,7 @@ void WriteErrorChart(Out& out, const Report& report) {
   std::map<int, int64_t> decades;
   int64_t zeros = 0, nonfinite = 0;
   for (const CaseEntry& c : report.cases) {
-    if (!c.max_rel_err || c.outcome.empty()) continue;
+    if (!c.max_rel_err || !c.outcome) continue;
     const double v = std::abs(*c.max_rel_err);
     if (!std::isfinite(v)) {
       ++nonfinite;
@@ -494,8 +501,8 @@ void WriteModels(Out& out, const Report& report) {
         E(model.model_id));
     std::vector<const ModelItemEntry*> failing;
     for (const ModelItemEntry& item : model.items) {
-      const auto outcome = OutcomeFromName(item.verdict);
-      if (outcome && IsUnexpectedFailure(*outcome) && *outcome != Outcome::kUnexpectedPass) failing.push_back(&item);
+      const auto& verdict = item.verdict;
+      if (verdict && IsUnexpectedFailure(*verdict) && *verdict != Outcome::kUnexpectedPass) failing.push_back(&item);
     }
     if (failing.empty()) {
       out += "<p class=\"empty\">No failing items.</p>\n";
@@ -669,7 +676,7 @@ nlohmann::json CaseData(const Report& report) {
         c.op,
         c.summary,
         c.dtypes,
-        c.verdict.empty() ? std::string(ChangeName(c.change)) : c.verdict,
+        ShownVerdict(c),
         ChangeName(c.change),
         OptionalNumber(c.max_abs_err),
         OptionalNumber(c.max_rel_err),
@@ -679,14 +686,14 @@ nlohmann::json CaseData(const Report& report) {
         c.models.size(),
         c.key,
         c.run_id,
-        c.outcome,
+        OutcomeNameOrEmpty(c.outcome),
         c.expectation,
         c.error,
         Join(c.models, ", "),
         Join(c.families, ", "),
         c.extra_changes,
         c.change_detail,
-        c.baseline_outcome,
+        OutcomeNameOrEmpty(c.baseline_outcome),
         c.flaky,
         c.attempt_outcomes,
         c.counters_json,
@@ -704,7 +711,7 @@ void WriteCases(Out& out, const Report& report) {
   out += "<section id=\"cases\">\n<h2>Cases</h2>\n";
   std::set<std::string> verdicts, changes;
   for (const CaseEntry& c : report.cases) {
-    verdicts.insert(c.verdict.empty() ? std::string(ChangeName(c.change)) : c.verdict);
+    verdicts.insert(ShownVerdict(c));
     changes.insert(std::string(ChangeName(c.change)));
     changes.insert(c.extra_changes.begin(), c.extra_changes.end());
   }

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_double.h"
+#include "core/outcome.h"
 #include "reports/report.h"
 
 namespace coverage::reports {
@@ -41,8 +42,10 @@ std::string ReportToJson(const Report& report) {
 
   j["stages"] = json::array();
   for (const auto& s : report.stages) {
+    json verdicts = json::object();
+    for (const auto& [verdict, n] : s.verdicts) verdicts[std::string(OutcomeName(verdict))] = n;
     j["stages"].push_back({{"stage", s.stage}, {"total", s.total}, {"pass_rate", DoubleToJson(s.pass_rate)},
-                           {"verdicts", s.verdicts}});
+                           {"verdicts", std::move(verdicts)}});
   }
   j["changes"] = json::object();
   for (const auto& [change, n] : report.changes) j["changes"][std::string(ChangeName(change))] = n;
@@ -57,8 +60,8 @@ std::string ReportToJson(const Report& report) {
                                 {"change", ChangeName(c.change)},
                                 {"detail", c.change_detail},
                                 {"extra_changes", c.extra_changes},
-                                {"verdict", c.verdict},
-                                {"baseline_outcome", c.baseline_outcome},
+                                {"verdict", OutcomeNameOrEmpty(c.verdict)},
+                                {"baseline_outcome", OutcomeNameOrEmpty(c.baseline_outcome)},
                                 {"max_abs_err", Optional(c.max_abs_err)},
                                 {"warm_us", Optional(c.warm_us)},
                                 {"repro", c.repro}});
@@ -73,23 +76,28 @@ std::string ReportToJson(const Report& report) {
                                         {"item", item.item},
                                         {"change", ChangeName(item.change)},
                                         {"detail", item.change_detail},
-                                        {"verdict", item.verdict},
-                                        {"baseline_outcome", item.baseline_outcome},
+                                        {"verdict", OutcomeNameOrEmpty(item.verdict)},
+                                        {"baseline_outcome", OutcomeNameOrEmpty(item.baseline_outcome)},
                                         {"error", item.error}});
     }
   }
 
   j["blockers"] = json::array();
   for (const auto& b : report.blockers) {
-    j["blockers"].push_back(
-        {{"key", b.key}, {"op", b.op}, {"summary", b.summary}, {"verdict", b.verdict}, {"models", b.models}});
+    j["blockers"].push_back({{"key", b.key},
+                             {"op", b.op},
+                             {"summary", b.summary},
+                             {"verdict", OutcomeNameOrEmpty(b.verdict)},
+                             {"models", b.models}});
   }
   j["models_failing"] = json::array();
   for (const auto& m : report.models) {
     if (!m.failing) continue;
+    json stages = json::object();
+    for (const auto& [stage, verdict] : m.stage_verdict) stages[stage] = OutcomeName(verdict);
     j["models_failing"].push_back({{"model", m.model_id},
                                    {"family", m.family},
-                                   {"stages", m.stage_verdict},
+                                   {"stages", std::move(stages)},
                                    {"failing_cases", m.failing_cases}});
   }
   j["matrix"] = json::object();

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "core/outcome.h"
 #include "reports/escape.h"
 #include "reports/report.h"
 
@@ -16,7 +18,9 @@ namespace coverage::reports {
 namespace {
 
 struct TestCase {
-  std::string classname, name, verdict, message, text, note;
+  std::string classname, name;
+  std::optional<Outcome> verdict;
+  std::string message, text, note;
   double seconds = 0;
 };
 
@@ -28,11 +32,22 @@ struct Suite {
 
 enum class Kind { kPass, kFailure, kError, kSkipped };
 
-Kind KindOf(const std::string& verdict) {
-  if (verdict == "crash" || verdict == "error" || verdict == "timeout") return Kind::kError;
-  if (verdict == "skipped") return Kind::kSkipped;
-  if (verdict == "pass" || verdict == "expected_failure" || verdict == "unexpected_pass") return Kind::kPass;
-  return Kind::kFailure;
+Kind KindOf(std::optional<Outcome> verdict) {
+  if (!verdict) return Kind::kFailure;  // unjudged: a failure rather than a silent pass
+  switch (*verdict) {
+    case Outcome::kCrash:
+    case Outcome::kError:
+    case Outcome::kTimeout:
+      return Kind::kError;
+    case Outcome::kSkipped:
+      return Kind::kSkipped;
+    case Outcome::kPass:
+    case Outcome::kExpectedFailure:
+    case Outcome::kUnexpectedPass:
+      return Kind::kPass;
+    default:
+      return Kind::kFailure;
+  }
 }
 
 std::string FirstLine(const std::string& text) {
@@ -41,9 +56,13 @@ std::string FirstLine(const std::string& text) {
   return line.size() > 300 ? line.substr(0, 300) + "..." : line;
 }
 
-std::string Note(const std::string& verdict, const std::string& outcome, const std::string& expectation) {
-  if (verdict == "expected_failure") return "expected failure (" + outcome + "): " + expectation;
-  if (verdict == "unexpected_pass") return "passed, but expected to fail (" + expectation + "): the expectation can go";
+std::string Note(std::optional<Outcome> verdict, std::optional<Outcome> outcome, const std::string& expectation) {
+  if (verdict == Outcome::kExpectedFailure) {
+    return fmt::format("expected failure ({}): {}", OutcomeNameOrEmpty(outcome), expectation);
+  }
+  if (verdict == Outcome::kUnexpectedPass) {
+    return "passed, but expected to fail (" + expectation + "): the expectation can go";
+  }
   return "";
 }
 
@@ -72,7 +91,7 @@ void WriteCase(const TestCase& tc, std::string* out) {
     case Kind::kError:
       *out += fmt::format("      <{0} message=\"{1}\" type=\"{2}\">{3}</{0}>\n",
                           kind == Kind::kFailure ? "failure" : "error", EscapeXml(tc.message),
-                          EscapeXml(tc.verdict), EscapeXml(tc.text));
+                          EscapeXml(OutcomeNameOrEmpty(tc.verdict)), EscapeXml(tc.text));
       break;
     case Kind::kSkipped:
       *out += fmt::format("      <skipped message=\"{}\"/>\n", EscapeXml(tc.message));
@@ -90,9 +109,10 @@ TestCase FromCase(const CaseEntry& c) {
   tc.name = c.summary;
   tc.verdict = c.verdict;
   tc.seconds = c.first_call_us.value_or(c.warm_us.value_or(0)) / 1e6;
+  const std::string outcome(OutcomeNameOrEmpty(c.outcome));
   tc.message = !c.error.empty() ? FirstLine(c.error)
-               : c.max_abs_err  ? fmt::format("{}: max abs error {:.3g}", c.outcome, *c.max_abs_err)
-                                : c.outcome;
+               : c.max_abs_err  ? fmt::format("{}: max abs error {:.3g}", outcome, *c.max_abs_err)
+                                : outcome;
   tc.text = c.error;
   if (!c.change_detail.empty()) tc.text += (tc.text.empty() ? "" : "\n") + std::string(ChangeName(c.change)) + ": " + c.change_detail;
   tc.text += (tc.text.empty() ? "" : "\n") + std::string("key ") + c.key + "\nrepro: " + c.repro;
@@ -106,7 +126,7 @@ TestCase FromItem(const ModelEntry& m, const ModelItemEntry& item) {
   tc.name = item.stage + ":" + item.item;
   tc.verdict = item.verdict;
   tc.seconds = item.seconds;
-  tc.message = !item.error.empty() ? FirstLine(item.error) : item.outcome;
+  tc.message = !item.error.empty() ? FirstLine(item.error) : std::string(OutcomeNameOrEmpty(item.outcome));
   tc.text = item.error;
   if (!item.blocked_by.empty()) tc.text += (tc.text.empty() ? "" : "\n") + std::string("blocked by ") + item.blocked_by;
   if (!item.change_detail.empty()) {

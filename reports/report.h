@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/outcome.h"
 #include "core/result.h"
 #include "reports/expectations.h"
 
@@ -81,8 +82,8 @@ struct CaseEntry {
   std::string dtypes;           // "f32 i64"
   std::vector<std::string> models;    // provenance: models whose capture produced it (sorted)
   std::vector<std::string> families;  // their model types (sorted, distinct)
-  std::string outcome;          // as stored ("" when removed)
-  std::string verdict;          // after expectations: outcome, "expected_failure" or "unexpected_pass"
+  std::optional<Outcome> outcome;  // as stored (none when removed)
+  std::optional<Outcome> verdict;  // after expectations: outcome, kExpectedFailure or kUnexpectedPass
   std::string expectation;      // the matching expectation's reason, if any
   std::string error;
   std::optional<double> max_abs_err, max_rel_err, mismatch_frac, cosine, error_ratio;
@@ -92,7 +93,8 @@ struct CaseEntry {
   std::string attempt_outcomes;
   std::string counters_json;
   // The baseline's result, when there is one.
-  std::string baseline_run_id, baseline_outcome;
+  std::string baseline_run_id;
+  std::optional<Outcome> baseline_outcome;
   std::optional<double> baseline_max_abs_err, baseline_first_call_us, baseline_warm_us, baseline_warm_spread_us;
   Change change = Change::kNoBaseline;
   std::string change_detail;    // "max abs error 3.2e-05 -> 4.1e-03 (128x)", "warm 12.0 us -> 30.1 us (spread 1.2 us)"
@@ -103,19 +105,20 @@ struct CaseEntry {
 // One item of a model-level stage (module kind, "forward", "train", "*").
 struct ModelItemEntry {
   std::string run_id, stage, item, profile;
-  std::string outcome, verdict, expectation, error, blocked_by;
+  std::optional<Outcome> outcome, verdict;  // as for CaseEntry
+  std::string expectation, error, blocked_by;
   std::optional<double> max_abs_err, max_rel_err, cosine, error_ratio;
   double seconds = 0;
   int attempts = 1;
   bool flaky = false;
-  std::string baseline_outcome;
+  std::optional<Outcome> baseline_outcome;
   Change change = Change::kNoBaseline;
   std::string change_detail;
 };
 
 struct ModelEntry {
   std::string model_id, family;
-  std::map<std::string, std::string> stage_verdict;  // stage -> worst verdict of its items
+  std::map<std::string, Outcome> stage_verdict;  // stage -> worst verdict of its items
   std::vector<ModelItemEntry> items;
   // Root cause: keys of op cases this model's capture produced (registry
   // provenance) that fail unexpectedly in a reported unit run.
@@ -125,15 +128,19 @@ struct ModelEntry {
 
 // A failing op case, and the failing models that use it.
 struct Blocker {
-  std::string key, op, summary, verdict;
+  std::string key, op, summary;
+  std::optional<Outcome> verdict;
   std::vector<std::string> models;  // failing models whose capture produced it
 };
 
 struct StageSummary {
   std::string stage;                          // unit, module, model, train
-  std::map<std::string, int64_t> verdicts;    // verdict -> count (cases for unit, models for the others)
+  std::map<Outcome, int64_t> verdicts;        // verdict -> count (cases for unit, models for the others)
   int64_t total = 0;
   double pass_rate = 0;                       // pass (+ expected_failure, unexpected_pass) / (total - skipped)
+
+  // `verdicts` in the order of their names, the order the writers list them in.
+  std::vector<std::pair<Outcome, int64_t>> VerdictsInNameOrder() const;
 };
 
 struct Report {
@@ -156,6 +163,10 @@ struct Report {
 };
 
 Result<Report> BuildReport(registry::Registry& registry, const ReportOptions& options);
+
+// How the writers spell an optional outcome: its name, or "" for none (a
+// removed case, a result without a baseline).
+std::string_view OutcomeNameOrEmpty(const std::optional<Outcome>& outcome);
 
 // Writers. Every string from the registry (model ids, error text, case
 // summaries) is escaped for its format.

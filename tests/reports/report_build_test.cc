@@ -189,7 +189,7 @@ TEST_F(ReportBuild, EveryChangeOfAnOpCase) {
   EXPECT_EQ(Entry(r, new_case).change, Change::kNewCase);
   EXPECT_EQ(Entry(r, removed).change, Change::kRemoved);
   EXPECT_EQ(Entry(r, removed).run_id, "");
-  EXPECT_EQ(Entry(r, removed).baseline_outcome, "pass");
+  EXPECT_EQ(Entry(r, removed).baseline_outcome, Outcome::kPass);
   EXPECT_EQ(Entry(r, drift).change, Change::kDrift);
   EXPECT_EQ(Entry(r, drift).change_detail, "max abs error 1.0e-05 -> 1.0e-03 (100x)");
   EXPECT_EQ(Entry(r, slower).change, Change::kPerfRegression);
@@ -327,7 +327,7 @@ TEST_F(ReportBuild, TheExpectationListingTheOutcomeWinsOverAnEarlierOne) {
   o.expectations = *e;
   auto r = BuildReport(*reg_, o);
   ASSERT_TRUE(r.has_value()) << r.error().ToString();
-  EXPECT_EQ(Entry(*r, mm).verdict, "expected_failure");
+  EXPECT_EQ(Entry(*r, mm).verdict, Outcome::kExpectedFailure);
   EXPECT_EQ(Entry(*r, mm).expectation, "known crash");
 }
 
@@ -398,14 +398,14 @@ TEST_F(ReportBuild, ExpectedFailureIsNotARegressionButAnotherOutcomeIs) {
       {"op": "aten::mm", "dtype": "f32", "outcomes": ["mismatch"], "reason": "bf16 matmul numerics"},
       {"op": "aten::conv2d", "reason": "not implemented"}]})");
   const Report r = Build(o);
-  EXPECT_EQ(Entry(r, expected).verdict, "expected_failure");
+  EXPECT_EQ(Entry(r, expected).verdict, Outcome::kExpectedFailure);
   EXPECT_EQ(Entry(r, expected).expectation, "bf16 matmul numerics");
   EXPECT_EQ(Entry(r, expected).change, Change::kUnchanged);
-  EXPECT_EQ(Entry(r, other_outcome).verdict, "crash");
+  EXPECT_EQ(Entry(r, other_outcome).verdict, Outcome::kCrash);
   EXPECT_EQ(Entry(r, other_outcome).change, Change::kNewFailure);
-  EXPECT_EQ(Entry(r, starts_passing).verdict, "unexpected_pass");
+  EXPECT_EQ(Entry(r, starts_passing).verdict, Outcome::kUnexpectedPass);
   EXPECT_EQ(Entry(r, starts_passing).change, Change::kUnchanged);
-  EXPECT_EQ(Entry(r, bf16).verdict, "pass");
+  EXPECT_EQ(Entry(r, bf16).verdict, Outcome::kPass);
   EXPECT_EQ(r.CountOf(Change::kNewFailure), 1);
   EXPECT_TRUE(HasWarning(r, "expectation 1 of sim.json (not implemented) matched no result"));
   EXPECT_FALSE(HasWarning(r, "expectation 0"));
@@ -445,11 +445,11 @@ TEST_F(ReportBuild, EveryChangeOfAModelItem) {
   EXPECT_EQ(ItemOf(r, "org/a", "module", "new").change, Change::kNewCase);
   EXPECT_EQ(ItemOf(r, "org/a", "module", "gone").change, Change::kRemoved);
   EXPECT_EQ(ItemOf(r, "org/b", "model", "forward").change, Change::kRemoved);
-  EXPECT_EQ(ItemOf(r, "org/a", "module", "attention").baseline_outcome, "pass");
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "attention").baseline_outcome, Outcome::kPass);
   const ModelEntry& a = ModelOf(r, "org/a");
   EXPECT_TRUE(a.failing);
   EXPECT_EQ(a.family, "decoder");
-  EXPECT_EQ(a.stage_verdict.at("module"), "mismatch");  // the first failing item
+  EXPECT_EQ(a.stage_verdict.at("module"), Outcome::kMismatch);  // the first failing item
   EXPECT_EQ(r.models.front().model_id, "org/a");        // failing first
   EXPECT_EQ(r.CountOf(Change::kRemoved), 2);
   EXPECT_TRUE(r.Regressed());
@@ -463,10 +463,10 @@ TEST_F(ReportBuild, ModelItemExpectationsUseTheModelGlob) {
   o.run_ids = {"now"};
   o.expectations = Parse(R"({"expected_failures": [{"stage": "train", "model": "Qwen/*", "reason": "bf16 loss"}]})");
   const Report r = Build(o);
-  EXPECT_EQ(ItemOf(r, "Qwen/Qwen3-0.6B", "train", "train").verdict, "expected_failure");
-  EXPECT_EQ(ModelOf(r, "Qwen/Qwen3-0.6B").stage_verdict.at("train"), "expected_failure");
+  EXPECT_EQ(ItemOf(r, "Qwen/Qwen3-0.6B", "train", "train").verdict, Outcome::kExpectedFailure);
+  EXPECT_EQ(ModelOf(r, "Qwen/Qwen3-0.6B").stage_verdict.at("train"), Outcome::kExpectedFailure);
   EXPECT_FALSE(ModelOf(r, "Qwen/Qwen3-0.6B").failing);
-  EXPECT_EQ(ItemOf(r, "org/other", "train", "train").verdict, "nonfinite_mismatch");
+  EXPECT_EQ(ItemOf(r, "org/other", "train", "train").verdict, Outcome::kNonFiniteMismatch);
   EXPECT_TRUE(ModelOf(r, "org/other").failing);
 }
 
@@ -478,9 +478,9 @@ TEST_F(ReportBuild, StageVerdictIsFirstFailureElseSkippedElsePass) {
          {"rope", Outcome::kSkipped, {}}});
   Stage("now", "org/passes", "module", {{"attention", Outcome::kPass, 0.0}});
   const Report r = Build({"now"});
-  EXPECT_EQ(ModelOf(r, "org/skips").stage_verdict.at("module"), "skipped");
-  EXPECT_EQ(ModelOf(r, "org/fails").stage_verdict.at("module"), "timeout");
-  EXPECT_EQ(ModelOf(r, "org/passes").stage_verdict.at("module"), "pass");
+  EXPECT_EQ(ModelOf(r, "org/skips").stage_verdict.at("module"), Outcome::kSkipped);
+  EXPECT_EQ(ModelOf(r, "org/fails").stage_verdict.at("module"), Outcome::kTimeout);
+  EXPECT_EQ(ModelOf(r, "org/passes").stage_verdict.at("module"), Outcome::kPass);
 }
 
 TEST_F(ReportBuild, RootCauseAndBlockersRankedByFailingModels) {
@@ -504,7 +504,7 @@ TEST_F(ReportBuild, RootCauseAndBlockersRankedByFailingModels) {
   EXPECT_EQ(r.blockers[0].models, (std::vector<std::string>{"org/a", "org/b"}));
   EXPECT_EQ(r.blockers[0].op, "aten::mm");
   EXPECT_EQ(r.blockers[1].key, keys_[only_a]);
-  EXPECT_EQ(r.blockers[1].verdict, "crash");
+  EXPECT_EQ(r.blockers[1].verdict, Outcome::kCrash);
   std::vector<std::string> a_causes = {keys_[shared], keys_[only_a]};
   std::sort(a_causes.begin(), a_causes.end());
   EXPECT_EQ(ModelOf(r, "org/a").failing_cases, a_causes);
@@ -532,9 +532,9 @@ TEST_F(ReportBuild, StageSummariesAndFamilyMatrix) {
   ASSERT_EQ(r.stages.size(), 3u);
   EXPECT_EQ(r.stages[0].stage, "unit");
   EXPECT_EQ(r.stages[0].total, 4);
-  EXPECT_EQ(r.stages[0].verdicts.at("pass"), 2);
-  EXPECT_EQ(r.stages[0].verdicts.at("mismatch"), 1);
-  EXPECT_EQ(r.stages[0].verdicts.at("skipped"), 1);
+  EXPECT_EQ(r.stages[0].verdicts.at(Outcome::kPass), 2);
+  EXPECT_EQ(r.stages[0].verdicts.at(Outcome::kMismatch), 1);
+  EXPECT_EQ(r.stages[0].verdicts.at(Outcome::kSkipped), 1);
   EXPECT_DOUBLE_EQ(r.stages[0].pass_rate, 2.0 / 3.0);
   EXPECT_EQ(r.stages[1].stage, "module");
   EXPECT_EQ(r.stages[1].total, 2);
@@ -591,7 +591,7 @@ TEST(Expectations, ParsesEntriesAndComments) {
   EXPECT_EQ(e->backend, "sim");
   EXPECT_EQ(e->source, "configs/expectations/sim.json");
   ASSERT_EQ(e->entries.size(), 2u);
-  EXPECT_EQ(e->entries[0].outcomes, std::vector<std::string>{"mismatch"});
+  EXPECT_EQ(e->entries[0].outcomes, std::vector<Outcome>{Outcome::kMismatch});
   EXPECT_EQ(e->entries[1].model, "Qwen/*");
 }
 
@@ -625,7 +625,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadExpectations{"BadStage", R"({"expected_failures": [{"stage": "units", "reason": "x"}]})",
                         {"expected_failures[0].stage", "'units' is not a stage"}},
         BadExpectations{"BadOutcome", R"({"expected_failures": [{"outcomes": ["mismatch", "broken"], "reason": "x"}]})",
-                        {"expected_failures[0].outcomes", "'broken' is not an outcome"}},
+                        {"sim.json", "expected_failures[0].outcomes", "'broken' is not an outcome"}},
         BadExpectations{"PassIsNotAFailure", R"({"expected_failures": [{"outcomes": ["pass"], "reason": "x"}]})",
                         {"expected_failures[0].outcomes", "not a failing outcome"}},
         BadExpectations{"BadDtype", R"({"expected_failures": [{"dtype": "float", "reason": "x"}]})",
@@ -649,6 +649,19 @@ TEST(Expectations, OpWithoutOverloadCoversEveryOverload) {
   EXPECT_EQ(e->MatchCase("aten::addmm", "k", {"f32"}), nullptr);
   EXPECT_EQ(e->MatchCase("aten::mm.out", "k", {"f32"}), &e->entries[1]);
   EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}), nullptr);
+}
+
+TEST(Expectations, TheFirstEntryListingTheOutcomeElseTheFirstCoveringIt) {
+  auto e = Expectations::FromJson(R"({"expected_failures": [
+      {"op": "aten::mm", "outcomes": ["mismatch"], "reason": "numerics"},
+      {"op": "aten::mm", "outcomes": ["crash", "timeout"], "reason": "hangs"}]})",
+                                  "x.json");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->entries[1].outcomes, (std::vector<Outcome>{Outcome::kCrash, Outcome::kTimeout}));
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}, Outcome::kTimeout), &e->entries[1]);
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}, Outcome::kMismatch), &e->entries[0]);
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}, Outcome::kError), &e->entries[0]);
+  EXPECT_EQ(e->MatchCase("aten::mm", "k", {"f32"}), &e->entries[0]);
 }
 
 TEST(Expectations, DtypeKeyAndStageNarrowAMatch) {

@@ -40,10 +40,7 @@ inline std::string CaseKey(int i) {
   return key;
 }
 
-inline bool FailsUnexpectedly(const std::string& verdict) {
-  const auto outcome = OutcomeFromName(verdict);
-  return outcome && IsUnexpectedFailure(*outcome);
-}
+inline bool FailsUnexpectedly(std::optional<Outcome> verdict) { return verdict && IsUnexpectedFailure(*verdict); }
 
 // Fills the aggregate fields (stages, matrix, changes, blockers, root
 // causes, order) from cases and models the way BuildReport defines them, so
@@ -51,19 +48,19 @@ inline bool FailsUnexpectedly(const std::string& verdict) {
 inline void Aggregate(reports::Report& report) {
   using reports::Change;
   std::map<std::string, reports::StageSummary> stages;
-  auto count = [&](const std::string& stage, const std::string& verdict) {
+  auto count = [&](const std::string& stage, Outcome verdict) {
     auto& summary = stages[stage];
     summary.stage = stage;
     summary.verdicts[verdict]++;
     summary.total++;
   };
   for (const auto& c : report.cases) {
-    if (c.outcome.empty()) continue;  // removed
-    count("unit", c.verdict);
+    if (!c.outcome) continue;  // removed
+    count("unit", *c.verdict);
     for (const auto& family : c.families) {
       auto& cell = report.matrix[family]["unit"];
       cell.second++;
-      if (!FailsUnexpectedly(c.verdict) && c.verdict != "skipped") cell.first++;
+      if (!FailsUnexpectedly(c.verdict) && c.verdict != Outcome::kSkipped) cell.first++;
     }
   }
   for (auto& model : report.models) {
@@ -71,16 +68,17 @@ inline void Aggregate(reports::Report& report) {
       count(stage, verdict);
       auto& cell = report.matrix[model.family][stage];
       cell.second++;
-      if (!FailsUnexpectedly(verdict) && verdict != "skipped") cell.first++;
+      if (!FailsUnexpectedly(verdict) && verdict != Outcome::kSkipped) cell.first++;
     }
   }
   for (auto& [name, summary] : stages) {
-    auto verdicts = [&](const char* verdict) {
+    auto verdicts = [&](Outcome verdict) {
       auto it = summary.verdicts.find(verdict);
       return it == summary.verdicts.end() ? int64_t{0} : it->second;
     };
-    const int64_t judged = summary.total - verdicts("skipped");
-    summary.pass_rate = judged > 0 ? double(verdicts("pass") + verdicts("expected_failure")) / double(judged) : 0;
+    const int64_t judged = summary.total - verdicts(Outcome::kSkipped);
+    summary.pass_rate =
+        judged > 0 ? double(verdicts(Outcome::kPass) + verdicts(Outcome::kExpectedFailure)) / double(judged) : 0;
   }
   for (const char* stage : {"unit", "module", "model", "train"}) {
     if (stages.count(stage)) report.stages.push_back(stages[stage]);
@@ -145,40 +143,41 @@ inline reports::Report SmallReport() {
   report.warnings = {"no baseline for run nightly-42-model: no finished model run of backend sim before it",
                      std::string("expectation 3 (model ") + kScriptModelId + ") matched nothing"};
 
-  auto add_case = [&](std::string key, std::string op, std::string summary, std::string outcome, std::string verdict,
-                      Change change) -> reports::CaseEntry& {
+  auto add_case = [&](std::string key, std::string op, std::string summary, std::optional<Outcome> outcome,
+                      std::optional<Outcome> verdict, Change change) -> reports::CaseEntry& {
     reports::CaseEntry c;
-    c.run_id = outcome.empty() ? "" : "nightly-42-unit";
+    c.run_id = outcome ? "nightly-42-unit" : "";
     c.key = std::move(key);
     c.op = std::move(op);
     c.summary = std::move(summary);
     c.dtypes = "f32";
-    c.outcome = std::move(outcome);
-    c.verdict = std::move(verdict);
+    c.outcome = outcome;
+    c.verdict = verdict;
     c.change = change;
     c.baseline_run_id = "nightly-41-unit";
     c.repro = "coverage --registry nightly.db repro " + c.key;
     report.cases.push_back(std::move(c));
     return report.cases.back();
   };
-  auto& mm =
-      add_case("k-mm", "aten::mm", "f32[512x2048] @ f32[2048x2048]", "mismatch", "mismatch", Change::kNewFailure);
+  auto& mm = add_case("k-mm", "aten::mm", "f32[512x2048] @ f32[2048x2048]", Outcome::kMismatch, Outcome::kMismatch,
+                      Change::kNewFailure);
   mm.error = kQuotesError;
   mm.max_abs_err = 3.2e-2;
   mm.max_rel_err = 4.1e-3;
-  mm.baseline_outcome = "pass";
+  mm.baseline_outcome = Outcome::kPass;
   mm.change_detail = "pass -> mismatch";
   mm.models = {kScriptModelId, "Qwen/Qwen3-0.6B"};
   mm.families = {"qwen3"};
-  auto& softmax = add_case("k-softmax", "aten::_softmax", kLineSeparatorSummary, "pass", "pass", Change::kDrift);
+  auto& softmax =
+      add_case("k-softmax", "aten::_softmax", kLineSeparatorSummary, Outcome::kPass, Outcome::kPass, Change::kDrift);
   softmax.max_abs_err = 4.1e-3;
   softmax.max_rel_err = 2e-4;
   softmax.baseline_max_abs_err = 3.2e-5;
   softmax.change_detail = "max abs error 3.2e-05 -> 4.1e-03 (128x)";
   softmax.models = {"Qwen/Qwen3-0.6B"};
   softmax.families = {"qwen3"};
-  auto& add =
-      add_case("k-add", "aten::add.Tensor", "f32[8x1x2048] + f32[8x1x2048]", "pass", "pass", Change::kPerfRegression);
+  auto& add = add_case("k-add", "aten::add.Tensor", "f32[8x1x2048] + f32[8x1x2048]", Outcome::kPass, Outcome::kPass,
+                       Change::kPerfRegression);
   add.max_rel_err = 0;
   add.warm_us = 30.1;
   add.baseline_warm_us = 12.0;
@@ -186,24 +185,26 @@ inline reports::Report SmallReport() {
   add.change_detail = "warm 12.0 us -> 30.1 us (spread 1.2 us)";
   add.models = {"bert-base-uncased"};
   add.families = {"bert"};
-  auto& conv =
-      add_case("k-conv", "aten::convolution", "f32[1x3x224x224] conv 7x7/2", "crash", "crash", Change::kStillFailing);
+  auto& conv = add_case("k-conv", "aten::convolution", "f32[1x3x224x224] conv 7x7/2", Outcome::kCrash, Outcome::kCrash,
+                        Change::kStillFailing);
   conv.error = kScriptEndError;
   conv.attempts = 3;
   conv.attempt_outcomes = "crash,crash,crash";
   conv.counters_json = R"({"kernel_launches": 3, "note": "</script>"})";
   conv.models = {kScriptModelId};
   conv.families = {"resnet"};
-  auto& gelu = add_case("k-gelu", "aten::gelu", "f32[8x3072]", "pass", "unexpected_pass", Change::kFixed);
+  auto& gelu =
+      add_case("k-gelu", "aten::gelu", "f32[8x3072]", Outcome::kPass, Outcome::kUnexpectedPass, Change::kFixed);
   gelu.expectation = "erf approximation differs";
   gelu.max_rel_err = 1e-7;
   gelu.models = {"bert-base-uncased"};
   gelu.families = {"bert"};
-  auto& removed = add_case("k-old", "aten::addmm", "f32[16x16] + f32[16x16] @ f32[16x16]", "", "", Change::kRemoved);
+  auto& removed = add_case("k-old", "aten::addmm", "f32[16x16] + f32[16x16] @ f32[16x16]", std::nullopt, std::nullopt,
+                           Change::kRemoved);
   removed.error = kInvalidUtf8Error;
-  removed.baseline_outcome = "pass";
+  removed.baseline_outcome = Outcome::kPass;
 
-  auto add_model = [&](std::string id, std::string family, std::string verdict) -> reports::ModelEntry& {
+  auto add_model = [&](std::string id, std::string family, Outcome verdict) -> reports::ModelEntry& {
     reports::ModelEntry model;
     model.model_id = std::move(id);
     model.family = std::move(family);
@@ -221,11 +222,11 @@ inline reports::Report SmallReport() {
     report.models.push_back(std::move(model));
     return report.models.back();
   };
-  auto& evil = add_model(kScriptModelId, "resnet", "crash");
+  auto& evil = add_model(kScriptModelId, "resnet", Outcome::kCrash);
   evil.items[0].error = kScriptEndError;
   evil.items[0].blocked_by = "module:Conv2d";
-  add_model("Qwen/Qwen3-0.6B", "qwen3", "mismatch").items[0].error = kInvalidUtf8Error;
-  add_model("bert-base-uncased", "bert", "pass");
+  add_model("Qwen/Qwen3-0.6B", "qwen3", Outcome::kMismatch).items[0].error = kInvalidUtf8Error;
+  add_model("bert-base-uncased", "bert", Outcome::kPass);
   internal::Aggregate(report);
   return report;
 }
@@ -272,7 +273,8 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
   const char* ops[] = {"aten::linear",      "aten::mm",   "aten::add.Tensor", "aten::_softmax",   "aten::layer_norm",
                        "aten::convolution", "aten::gelu", "aten::embedding",  "aten::mul.Tensor", "aten::bmm"};
   const char* dtypes[] = {"f32", "bf16", "f32 i64", "f16"};
-  const char* failing[] = {"mismatch", "error", "crash", "timeout", "nonfinite_mismatch", "unsupported"};
+  const Outcome failing[] = {Outcome::kMismatch, Outcome::kError, Outcome::kCrash,
+                             Outcome::kTimeout, Outcome::kNonFiniteMismatch, Outcome::kUnsupported};
   for (int i = 0; i < cases; ++i) {
     reports::CaseEntry c;
     c.run_id = "nightly-42-unit";
@@ -303,25 +305,26 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
     c.max_rel_err = std::pow(10.0, -2.0 - 7.0 * unit());
     c.max_abs_err = *c.max_rel_err * (1 + 10 * unit());
     c.counters_json = "{\"kernel_launches\": " + std::to_string(1 + uniform(5)) + "}";
-    c.outcome = "pass";
-    c.baseline_outcome = "pass";
+    c.outcome = Outcome::kPass;
+    c.baseline_outcome = Outcome::kPass;
     c.change = Change::kUnchanged;
     if (i % 9 == 4) {  // fails
       c.outcome = failing[uniform(6)];
       c.baseline_outcome = c.outcome;
       c.change = Change::kStillFailing;
       c.error = "RuntimeError: " + c.op + " failed on sim: " + std::to_string(i);
-      if (c.outcome == "nonfinite_mismatch") c.max_rel_err = INFINITY;
-      if (c.outcome == "crash" || c.outcome == "timeout") {
+      if (c.outcome == Outcome::kNonFiniteMismatch) c.max_rel_err = INFINITY;
+      if (c.outcome == Outcome::kCrash || c.outcome == Outcome::kTimeout) {
+        const std::string name(OutcomeName(*c.outcome));
         c.attempts = 3;
-        c.attempt_outcomes = c.outcome + "," + c.outcome + "," + c.outcome;
+        c.attempt_outcomes = name + "," + name + "," + name;
         c.max_rel_err.reset();
         c.max_abs_err.reset();
       }
     }
     if (i % 17 == 3) {
-      c.outcome = "mismatch";
-      c.baseline_outcome = "pass";
+      c.outcome = Outcome::kMismatch;
+      c.baseline_outcome = Outcome::kPass;
       c.change = Change::kNewFailure;
       c.error = "max abs error 0.031 over tolerance (atol 1e-05, rtol 1.3e-06)";
       c.max_rel_err = 4e-3;
@@ -335,8 +338,8 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
       c.baseline_warm_us = *c.warm_us / 2.5;
       c.change_detail = "warm latency 2.5x the baseline's";
     } else if (i % 29 == 2) {
-      c.outcome = "pass";
-      c.baseline_outcome = "mismatch";
+      c.outcome = Outcome::kPass;
+      c.baseline_outcome = Outcome::kMismatch;
       c.change = Change::kFixed;
       c.change_detail = "mismatch -> pass";
       c.error.clear();
@@ -348,28 +351,28 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
       c.extra_changes = {"perf_improvement"};
     } else if (i % 41 == 9) {
       c.change = Change::kNewCase;
-      c.baseline_outcome.clear();
+      c.baseline_outcome.reset();
       c.baseline_warm_us.reset();
     }
     c.verdict = c.outcome;
-    if (c.outcome == "mismatch" && c.dtypes == "bf16" && c.change != Change::kNewFailure) {
-      c.verdict = "expected_failure";
+    if (c.outcome == Outcome::kMismatch && c.dtypes == "bf16" && c.change != Change::kNewFailure) {
+      c.verdict = Outcome::kExpectedFailure;
       c.expectation = "bf16 matmul numerics";
     }
-    if (i % 43 == 10 && c.outcome == "pass") {
-      c.verdict = "unexpected_pass";
+    if (i % 43 == 10 && c.outcome == Outcome::kPass) {
+      c.verdict = Outcome::kUnexpectedPass;
       c.expectation = "erf approximation differs";
     }
     if (i % 47 == 12) {
-      c.outcome = "skipped";
-      c.verdict = "skipped";
+      c.outcome = Outcome::kSkipped;
+      c.verdict = Outcome::kSkipped;
       c.error = "estimated cost above --max-case-flops";
       c.change = Change::kUnchanged;
       c.max_rel_err.reset();
       c.max_abs_err.reset();
       c.warm_us.reset();
     }
-    if (i == 13) c.error = kScriptEndError, c.outcome = c.verdict = "crash", c.change = Change::kNewFailure;
+    if (i == 13) c.error = kScriptEndError, c.outcome = c.verdict = Outcome::kCrash, c.change = Change::kNewFailure;
     if (i == 14) c.error = kQuotesError;
     if (i == 15) c.error = kInvalidUtf8Error;
     if (i == 16) c.flaky = true, c.attempts = 2, c.attempt_outcomes = "crash,pass";
@@ -381,7 +384,7 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
     c.op = "aten::addmm";
     c.summary = "addmm f32[16x" + std::to_string(16 << i) + "]";
     c.baseline_run_id = "nightly-41-unit";
-    c.baseline_outcome = "pass";
+    c.baseline_outcome = Outcome::kPass;
     c.change = Change::kRemoved;
     report.cases.push_back(std::move(c));
   }
@@ -399,26 +402,27 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
       item.stage = stage;
       item.item = item_name;
       item.profile = std::string(stage) == "train" ? "train" : "prefill";
-      item.outcome = "pass";
+      item.outcome = Outcome::kPass;
       item.seconds = 0.5 + unit();
       item.max_rel_err = std::pow(10.0, -3.0 - 4.0 * unit());
       item.change = std::string(stage) == "train" ? Change::kNoBaseline : Change::kUnchanged;
       if (fails && std::string(item_name) == "Attention") {
-        item.outcome = model_index % 2 ? "mismatch" : "crash";
+        item.outcome = model_index % 2 ? Outcome::kMismatch : Outcome::kCrash;
         item.error = model_index % 2 ? "max rel error 0.2 over tolerance" : kScriptEndError;
         item.change = model_index % 6 == 1 ? Change::kNewFailure : Change::kStillFailing;
-        item.baseline_outcome = item.change == Change::kNewFailure ? "pass" : item.outcome;
+        item.baseline_outcome = item.change == Change::kNewFailure ? Outcome::kPass : item.outcome;
       }
       if (fails && std::string(stage) != "module") {
-        item.outcome = "skipped";
+        item.outcome = Outcome::kSkipped;
         item.error = "gated: module:Attention failed";
         item.blocked_by = "module:Attention";
       }
       item.verdict = item.outcome;
-      std::string& verdict = model.stage_verdict[stage];
-      if (verdict.empty() || internal::FailsUnexpectedly(item.verdict) ||
-          (verdict == "pass" && item.verdict == "skipped")) {
-        if (!internal::FailsUnexpectedly(verdict)) verdict = item.verdict;
+      auto [at, first] = model.stage_verdict.try_emplace(stage, *item.verdict);
+      Outcome& verdict = at->second;
+      if (!first && (internal::FailsUnexpectedly(item.verdict) ||
+                     (verdict == Outcome::kPass && item.verdict == Outcome::kSkipped))) {
+        if (!internal::FailsUnexpectedly(verdict)) verdict = *item.verdict;
       }
       model.items.push_back(std::move(item));
     }

@@ -2,11 +2,14 @@
 // (markup, quotes, ampersands, control characters, invalid UTF-8) in every
 // string that comes from the registry; and EscapeXml itself.
 #include <limits>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "core/outcome.h"
 #include "reports/escape.h"
 #include "reports/report.h"
 
@@ -21,15 +24,15 @@ size_t Count(const std::string& text, const std::string& part) {
   return n;
 }
 
-CaseEntry MakeCase(std::string key, std::string outcome, std::string verdict, Change change) {
+CaseEntry MakeCase(std::string key, std::optional<Outcome> outcome, std::optional<Outcome> verdict, Change change) {
   CaseEntry c;
   c.run_id = "now";
   c.key = std::move(key);
   c.op = "aten::mm";
   c.summary = "mm(f32[2,8], f32[8,8])";
   c.dtypes = "f32";
-  c.outcome = std::move(outcome);
-  c.verdict = std::move(verdict);
+  c.outcome = outcome;
+  c.verdict = verdict;
   c.change = change;
   c.repro = "coverage repro " + c.key;
   return c;
@@ -45,38 +48,38 @@ Report SampleReport() {
   r.baselines.push_back({"base", "unit", "sim", "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z", "host", "abb",
                          "1.13.1", "{}", 5, ""});
 
-  CaseEntry failing = MakeCase("k-fail", "mismatch", "mismatch", Change::kNewFailure);
+  CaseEntry failing = MakeCase("k-fail", Outcome::kMismatch, Outcome::kMismatch, Change::kNewFailure);
   failing.op = "aten::<script>";
   failing.summary = kHostile;
   failing.error = "max abs error 0.5 > 1e-5\nsecond line";
   failing.max_abs_err = 0.5;
   failing.change_detail = "pass -> mismatch";
   failing.first_call_us = 1500;
-  CaseEntry crash = MakeCase("k-crash", "crash", "crash", Change::kStillFailing);
+  CaseEntry crash = MakeCase("k-crash", Outcome::kCrash, Outcome::kCrash, Change::kStillFailing);
   crash.error = "worker died: SIGSEGV \xc3\x28";
-  CaseEntry expected = MakeCase("k-expected", "mismatch", "expected_failure", Change::kUnchanged);
+  CaseEntry expected = MakeCase("k-expected", Outcome::kMismatch, Outcome::kExpectedFailure, Change::kUnchanged);
   expected.expectation = "bf16 matmul numerics";
-  CaseEntry skipped = MakeCase("k-skipped", "skipped", "skipped", Change::kUnchanged);
+  CaseEntry skipped = MakeCase("k-skipped", Outcome::kSkipped, Outcome::kSkipped, Change::kUnchanged);
   skipped.error = "over the cost cap";
-  CaseEntry drift = MakeCase("k-drift", "pass", "pass", Change::kDrift);
+  CaseEntry drift = MakeCase("k-drift", Outcome::kPass, Outcome::kPass, Change::kDrift);
   drift.change_detail = "max abs error 1.0e-05 -> 1.0e-03 (100x)";
   drift.extra_changes = {"perf_regression"};
   drift.max_abs_err = std::numeric_limits<double>::infinity();
-  CaseEntry removed = MakeCase("k-removed", "", "", Change::kRemoved);
+  CaseEntry removed = MakeCase("k-removed", std::nullopt, std::nullopt, Change::kRemoved);
   removed.run_id = "";
   r.cases = {failing, drift, crash, expected, skipped, removed};
 
   ModelEntry m;
   m.model_id = "org/\"evil\" & <b>";
   m.family = "decoder";
-  m.stage_verdict = {{"module", "timeout"}, {"train", "pass"}};
+  m.stage_verdict = {{"module", Outcome::kTimeout}, {"train", Outcome::kPass}};
   m.failing = true;
   m.failing_cases = {"k-fail"};
   ModelItemEntry attention;
   attention.run_id = "models";
   attention.stage = "module";
   attention.item = "attention";
-  attention.outcome = attention.verdict = "timeout";
+  attention.outcome = attention.verdict = Outcome::kTimeout;
   attention.error = "ran past 60 s";
   attention.seconds = 60;
   attention.change = Change::kNewFailure;
@@ -84,8 +87,8 @@ Report SampleReport() {
   ModelItemEntry train = attention;
   train.stage = "train";
   train.item = "train";
-  train.outcome = "pass";
-  train.verdict = "unexpected_pass";
+  train.outcome = Outcome::kPass;
+  train.verdict = Outcome::kUnexpectedPass;
   train.expectation = "loss diverges";
   train.error = "";
   train.seconds = 2;
@@ -93,8 +96,11 @@ Report SampleReport() {
   m.items = {attention, train};
   r.models = {m};
 
-  r.blockers.push_back({"k-fail", "aten::<script>", kHostile, "mismatch", {m.model_id}});
-  r.stages.push_back({"unit", {{"mismatch", 1}, {"crash", 1}, {"expected_failure", 1}, {"skipped", 1}, {"pass", 1}}, 5, 0.5});
+  r.blockers.push_back({"k-fail", "aten::<script>", kHostile, Outcome::kMismatch, {m.model_id}});
+  r.stages.push_back({"unit",
+                      {{Outcome::kMismatch, 1}, {Outcome::kCrash, 1}, {Outcome::kExpectedFailure, 1},
+                       {Outcome::kSkipped, 1}, {Outcome::kPass, 1}},
+                      5, 0.5});
   r.matrix["llama"]["unit"] = {3, 4};
   r.changes = {{Change::kNewFailure, 2}, {Change::kDrift, 1}, {Change::kStillFailing, 1}, {Change::kUnchanged, 3},
                {Change::kRemoved, 1}};
@@ -142,6 +148,16 @@ TEST(ReportJson, EmptyReportIsValid) {
   const nlohmann::json j = nlohmann::json::parse(ReportToJson(Report()));
   EXPECT_FALSE(j["regressed"].get<bool>());
   EXPECT_TRUE(j["regressions"].empty());
+}
+
+// The writers list a stage's verdicts by name (crash before pass), not in the
+// enum's order.
+TEST(StageSummary, VerdictsInNameOrder) {
+  std::vector<std::string> names;
+  for (const auto& [verdict, n] : SampleReport().stages[0].VerdictsInNameOrder()) {
+    names.emplace_back(OutcomeName(verdict));
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"crash", "expected_failure", "mismatch", "pass", "skipped"}));
 }
 
 TEST(ReportJUnit, OneSuitePerStageWithCounts) {
