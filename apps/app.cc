@@ -93,7 +93,7 @@ std::string HostName() {
   return buf;
 }
 
-void ApplyHostSettings(const GlobalOptions& global) { runners::SetIntraOpThreads(global.threads); }
+void ApplyHostSettings(const GlobalOptions& global) { backends::SetIntraOpThreads(global.threads); }
 
 int ReportError(const Status& status) {
   std::fprintf(stderr, "coverage: error: %s\n", status.message().c_str());
@@ -121,12 +121,12 @@ Result<std::vector<capture::CaptureProfile>> LoadProfiles(const std::string& pat
   return out;
 }
 
-void RegisterBackends(const GlobalOptions& global, runners::BackendRegistry& backends) {
-  runners::RegisterCpuBackend(backends);
-  runners::RegisterCudaBackend(backends);
+void RegisterBackends(const GlobalOptions& global, backends::BackendRegistry& backends) {
+  backends::RegisterCpuBackend(backends);
+  backends::RegisterCudaBackend(backends);
   // sim's configuration travels in $COVERAGE_SIM_CONFIG so that worker
   // processes inherit it; by default the shipped configs/sim.json.
-  runners::RegisterPluginBackends(backends, {.default_config_path = global.home + "/configs/sim.json"});
+  backends::RegisterPluginBackends(backends, {.default_config_path = global.home + "/configs/sim.json"});
 }
 
 }  // namespace coverage::apps

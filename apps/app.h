@@ -18,7 +18,7 @@ class App;
 namespace coverage::registry {
 class Registry;
 }
-namespace coverage::runners {
+namespace coverage::backends {
 class BackendRegistry;
 }
 
@@ -67,7 +67,7 @@ Result<std::vector<capture::CaptureProfile>> LoadProfiles(const std::string& pat
 
 // Explicit registration (no static constructors): every backend this build
 // offers, for `run` and for its workers.
-void RegisterBackends(const GlobalOptions& global, runners::BackendRegistry& backends);
+void RegisterBackends(const GlobalOptions& global, backends::BackendRegistry& backends);
 
 // Reports (apps/cmd_report.cc), shared by `report` and `nightly`.
 struct ReportRequest {

@@ -87,13 +87,13 @@ Result<stages::Shard> ResolveShard(const RunFlags& flags) {
 
 // Worker processes for --isolation=process: the policy from
 // configs/isolation.json, overridden by --timeout and --reruns.
-Result<runners::IsolationOptions> MakeIsolation(const GlobalOptions& global, const RunFlags& flags,
-                                                runners::WorkerSetup setup) {
+Result<isolation::IsolationOptions> MakeIsolation(const GlobalOptions& global, const RunFlags& flags,
+                                                isolation::WorkerSetup setup) {
   const std::string path =
       flags.isolation_config.empty() ? global.home + "/configs/isolation.json" : flags.isolation_config;
   COV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  runners::IsolationOptions options;
-  COV_ASSIGN_OR_RETURN(options.policy, runners::IsolationPolicy::FromJson(text, path));
+  isolation::IsolationOptions options;
+  COV_ASSIGN_OR_RETURN(options.policy, isolation::IsolationPolicy::FromJson(text, path));
   if (flags.timeout) {
     if (*flags.timeout <= 0) return Status::InvalidArgument("--timeout must be a positive number of seconds");
     options.policy.unit_timeout_s = *flags.timeout;
@@ -124,21 +124,21 @@ Result<std::vector<std::string>> ParseStages(const std::string& text) {
   return out;
 }
 
-void PrintIsolationStats(const runners::IsolationStats& st, const std::string& tail) {
+void PrintIsolationStats(const isolation::IsolationStats& st, const std::string& tail) {
   std::printf("isolation: %lld workers started, %lld crashed, %lld timed out, %lld reruns%s\n",
               static_cast<long long>(st.workers_started), static_cast<long long>(st.crashes),
               static_cast<long long>(st.timeouts), static_cast<long long>(st.reruns), tail.c_str());
 }
 
 int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, const std::vector<std::string>& stages,
-                           runners::BackendRegistry& backends, runners::ComparisonOptions comparison,
+                           backends::BackendRegistry& backends, replay::ComparisonOptions comparison,
                            const std::string& tol_path, const std::string& tol_text, const std::atomic<bool>* stop);
 
 int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   // Before anything slow (starting workers): a Ctrl-C from then on stops
   // the run cleanly after its current case.
   const std::atomic<bool>* stop = InstallStopHandler();
-  runners::BackendRegistry backends;
+  backends::BackendRegistry backends;
   RegisterBackends(global, backends);
   if (flags.list_backends) {
     for (const auto& b : backends.Describe()) {
@@ -152,7 +152,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   const std::string tol_path = flags.tolerances.empty() ? global.home + "/configs/tolerances.json" : flags.tolerances;
   auto tol_text = ReadFile(tol_path);
   if (!tol_text) return ReportError(tol_text.error().WithContext("--tolerances"));
-  auto comparison = runners::ComparisonOptions::FromJson(*tol_text, tol_path);
+  auto comparison = replay::ComparisonOptions::FromJson(*tol_text, tol_path);
   if (!comparison) return ReportError(comparison.error());
   if (stages->front() != "unit") {
     return RunModelStagesCommand(global, flags, *stages, backends, std::move(*comparison), tol_path, *tol_text, stop);
@@ -187,22 +187,22 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
                                         "' holds no op cases; run `coverage capture` first"));
   }
 
-  runners::WorkerSetup setup;
+  isolation::WorkerSetup setup;
   setup.backend = flags.backend;
   setup.tolerances_json = *tol_text;
   setup.tolerances_source = tol_path;
   setup.warm_iterations = flags.warm;
-  setup.golden = flags.golden == "always" ? runners::GoldenMode::kAlways
-                 : flags.golden == "never" ? runners::GoldenMode::kNever
-                                           : runners::GoldenMode::kWhenNeeded;
+  setup.golden = flags.golden == "always" ? replay::GoldenMode::kAlways
+                 : flags.golden == "never" ? replay::GoldenMode::kNever
+                                           : replay::GoldenMode::kWhenNeeded;
   setup.seed = flags.seed;
-  std::unique_ptr<runners::CaseExecutor> executor;
-  runners::IsolatedCaseExecutor* isolated = nullptr;
+  std::unique_ptr<replay::CaseExecutor> executor;
+  isolation::IsolatedCaseExecutor* isolated = nullptr;
   if (flags.isolation == "process") {
     // The parent never touches the backend: workers load it (Note [Worker processes]).
     auto isolation = MakeIsolation(global, flags, setup);
     if (!isolation) return ReportError(isolation.error());
-    auto e = std::make_unique<runners::IsolatedCaseExecutor>(std::move(*isolation));
+    auto e = std::make_unique<isolation::IsolatedCaseExecutor>(std::move(*isolation));
     Status started = e->Start();
     if (!started.ok()) return ReportError(started.WithContext("--backend " + flags.backend));
     isolated = e.get();
@@ -213,13 +213,13 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
     ApplyHostSettings(global);
     auto replay = setup.Replay();
     if (!replay) return ReportError(replay.error());
-    executor = std::make_unique<runners::ReplayExecutor>(*backend, std::move(*replay));
+    executor = std::make_unique<replay::ReplayExecutor>(*backend, std::move(*replay));
   }
 
   stages::UnitStageOptions options;
   options.run_id = flags.run_id;
   options.backend = flags.backend;
-  options.libtorch_version = runners::LibtorchVersion();
+  options.libtorch_version = backends::LibtorchVersion();
   options.host = HostName();
   options.git_revision = GitRevision(global.home);
   options.filter = filter;
@@ -317,7 +317,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
 
 
 int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, const std::vector<std::string>& stages,
-                          runners::BackendRegistry& backends, runners::ComparisonOptions comparison,
+                          backends::BackendRegistry& backends, replay::ComparisonOptions comparison,
                           const std::string& tol_path, const std::string& tol_text, const std::atomic<bool>* stop) {
   if (!flags.ops.empty() || !flags.keys.empty() || !flags.dtype.empty() || !flags.dims.empty() ||
       flags.max_case_flops) {
@@ -346,7 +346,7 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
   options.stages = stages;
   options.run_id = flags.run_id;
   options.backend = flags.backend;
-  options.libtorch_version = runners::LibtorchVersion();
+  options.libtorch_version = backends::LibtorchVersion();
   options.host = HostName();
   options.git_revision = GitRevision(global.home);
   options.selection_id = flags.selection_id;
@@ -358,9 +358,9 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
   options.gate = flags.gate;
   options.checks.seed = flags.seed;
   options.checks.comparison = std::move(comparison);
-  options.checks.golden = flags.golden == "always" ? runners::GoldenMode::kAlways
-                          : flags.golden == "never" ? runners::GoldenMode::kNever
-                                                    : runners::GoldenMode::kWhenNeeded;
+  options.checks.golden = flags.golden == "always" ? replay::GoldenMode::kAlways
+                          : flags.golden == "never" ? replay::GoldenMode::kNever
+                                                    : replay::GoldenMode::kWhenNeeded;
   options.checks.train_steps = flags.train_steps;
   options.checks.min_cosine = flags.min_cosine;
   options.checks.top_k = flags.top_k;
@@ -388,11 +388,11 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
   config["isolation"] = flags.isolation;
   options.config_json = config.dump();
 
-  std::unique_ptr<runners::ProgramStageRunner> runner;
-  runners::IsolatedModelStageRunner* isolated = nullptr;
-  std::shared_ptr<runners::Backend> in_process_backend;
+  std::unique_ptr<replay::ProgramStageRunner> runner;
+  isolation::IsolatedModelStageRunner* isolated = nullptr;
+  std::shared_ptr<backends::Backend> in_process_backend;
   if (flags.isolation == "process") {
-    runners::WorkerSetup setup;
+    isolation::WorkerSetup setup;
     setup.backend = flags.backend;
     setup.tolerances_json = tol_text;
     setup.tolerances_source = tol_path;
@@ -402,7 +402,7 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
     setup.registry = global.registry_path;
     auto isolation = MakeIsolation(global, flags, std::move(setup));
     if (!isolation) return ReportError(isolation.error());
-    auto r = std::make_unique<runners::IsolatedModelStageRunner>(std::move(*isolation));
+    auto r = std::make_unique<isolation::IsolatedModelStageRunner>(std::move(*isolation));
     Status started = r->Start();
     if (!started.ok()) return ReportError(started.WithContext("--backend " + flags.backend));
     isolated = r.get();
@@ -412,9 +412,9 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
     if (!backend) return ReportError(backend.error().WithContext("--backend"));
     ApplyHostSettings(global);
     in_process_backend = *backend;
-    runners::ProgramReplayOptions replay;
+    replay::ProgramReplayOptions replay;
     replay.check = options.checks;
-    runner = std::make_unique<runners::InProcessProgramStageRunner>(*in_process_backend, replay);
+    runner = std::make_unique<replay::InProcessProgramStageRunner>(*in_process_backend, replay);
   }
   auto summary = stages::RunModelStages(**reg, *runner, options);
   if (!summary) return ReportError(summary.error());

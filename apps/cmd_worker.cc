@@ -15,7 +15,7 @@ void AddWorkerCommand(CLI::App& app, GlobalOptions& global) {
   cmd->group("");  // hidden from --help
   cmd->callback([&global]() {
     ApplyHostSettings(global);
-    runners::BackendRegistry backends;
+    backends::BackendRegistry backends;
     RegisterBackends(global, backends);
     // Programs for the model stages, from the registry the run names (read
     // only; opened once, on the first model request).
@@ -33,8 +33,8 @@ void AddWorkerCommand(CLI::App& app, GlobalOptions& global) {
       if (!program) return Status::NotFound("no captured program for " + model_id + " / " + profile + " in " + path);
       return std::move(*program);
     };
-    runners::WorkerService service([&](const std::string& name) { return backends.Create(name); }, load_program);
-    global.exit_code = runners::RunWorkerLoop([&](const std::string& request) { return service.Handle(request); });
+    isolation::WorkerService service([&](const std::string& name) { return backends.Create(name); }, load_program);
+    global.exit_code = isolation::RunWorkerLoop([&](const std::string& request) { return service.Handle(request); });
   });
 }
 

@@ -9,7 +9,7 @@
 
 int main(int argc, char** argv) {
   using namespace coverage::apps;
-  coverage::runners::KeepFreedHostMemory();
+  coverage::backends::KeepFreedHostMemory();
   CLI::App app{
       "coverage: model-coverage test harness for PyTorch backends.\n"
       "Captures the ops and shapes real models execute into a SQLite registry,\n"

@@ -17,7 +17,7 @@
 #include <ATen/core/stack.h>
 #include <c10/core/Device.h>
 
-namespace coverage::runners {
+namespace coverage::backends {
 
 class Backend {
  public:
@@ -49,4 +49,4 @@ class Backend {
   virtual bool RespectsReadOnlyInputs() const { return false; }
 };
 
-}  // namespace coverage::runners
+}  // namespace coverage::backends

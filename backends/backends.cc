@@ -6,7 +6,7 @@
 
 #include "backends/backend.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
 namespace {
 
 class CpuBackend final : public Backend {
@@ -124,4 +124,4 @@ std::string BackendNameOf(const Backend& backend) { return backend.name(); }
 
 std::string LibtorchVersion() { return TORCH_VERSION; }
 
-}  // namespace coverage::runners
+}  // namespace coverage::backends

@@ -11,7 +11,7 @@
 
 #include "core/result.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
 
 class Backend;  // backend.h (torch-facing)
 
@@ -68,4 +68,4 @@ std::string BackendNameOf(const Backend& backend);
 std::string BackendVersionOf(const Backend& backend);
 std::string LibtorchVersion();
 
-}  // namespace coverage::runners
+}  // namespace coverage::backends

@@ -7,7 +7,7 @@
 
 #include "core/op_case.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
 
 inline std::optional<DType> ToDType(c10::ScalarType t) {
   switch (t) {
@@ -45,4 +45,4 @@ inline c10::ScalarType ToScalarType(DType d) {
   return c10::ScalarType::Float;
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::backends

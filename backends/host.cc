@@ -7,7 +7,7 @@
 
 #include <ATen/Parallel.h>
 
-namespace coverage::runners {
+namespace coverage::backends {
 
 void KeepFreedHostMemory() {
 #if defined(__GLIBC__)
@@ -27,4 +27,4 @@ void SetIntraOpThreads(int threads) {
 
 int IntraOpThreads() { return at::get_num_threads(); }
 
-}  // namespace coverage::runners
+}  // namespace coverage::backends

@@ -16,10 +16,10 @@
 //
 #pragma once
 
-namespace coverage::runners {
+namespace coverage::backends {
 
 void KeepFreedHostMemory();
 void SetIntraOpThreads(int threads);
 int IntraOpThreads();
 
-}  // namespace coverage::runners
+}  // namespace coverage::backends

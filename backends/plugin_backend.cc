@@ -16,7 +16,7 @@
 #include "backends/backend.h"
 #include "backends/backends.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
 namespace {
 
 using InitFn = const char* (*)();
@@ -176,4 +176,4 @@ void RegisterPluginBackends(BackendRegistry& registry, SimBackendOptions sim) {
                           [](const std::string& path) { return LoadPluginBackend("privateuse1:" + path, path); });
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::backends

@@ -14,7 +14,7 @@
 
 #include "core/result.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
 
 class Backend;
 class BackendRegistry;
@@ -45,4 +45,4 @@ struct SimBackendOptions {
 // "privateuse1:" (any plugin, by path).
 void RegisterPluginBackends(BackendRegistry& registry, SimBackendOptions sim);
 
-}  // namespace coverage::runners
+}  // namespace coverage::backends

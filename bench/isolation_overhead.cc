@@ -71,7 +71,7 @@ struct RunStats {
   double seconds = 0;
   std::map<std::string, int64_t> outcomes;
   int64_t attributed = 0, misattributed = 0;
-  runners::IsolationStats isolation;
+  isolation::IsolationStats isolation;
 };
 
 std::string Arg(int argc, char** argv, const char* name, std::string fallback) {
@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
     while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) tolerances.append(buf, n);
     std::fclose(f);
   }
-  runners::WorkerSetup setup;
+  isolation::WorkerSetup setup;
   setup.backend = "sim";
   setup.tolerances_json = tolerances;
   setup.tolerances_source = tolerances_path;
@@ -160,16 +160,16 @@ int main(int argc, char** argv) {
                  int reruns) -> RunStats {
     setenv("COVERAGE_SIM_FAULTS", faults.dump().c_str(), 1);
     RunStats stats;
-    std::unique_ptr<runners::CaseExecutor> executor;
-    runners::IsolatedCaseExecutor* iso = nullptr;
+    std::unique_ptr<replay::CaseExecutor> executor;
+    isolation::IsolatedCaseExecutor* iso = nullptr;
     if (isolated) {
-      runners::IsolationOptions o;
+      isolation::IsolationOptions o;
       o.spawn.executable = coverage_bin;
       o.spawn.args = {"--home", home, "--quiet", "worker"};
       o.setup = setup;
       o.policy.unit_timeout_s = timeout;
       o.policy.reruns = reruns;
-      auto e = std::make_unique<runners::IsolatedCaseExecutor>(o);
+      auto e = std::make_unique<isolation::IsolatedCaseExecutor>(o);
       if (Status s = e->Start(); !s.ok()) {
         std::fprintf(stderr, "%s\n", s.ToString().c_str());
         std::exit(2);
@@ -177,14 +177,14 @@ int main(int argc, char** argv) {
       iso = e.get();
       executor = std::move(e);
     } else {
-      runners::BackendRegistry backends;
-      runners::RegisterPluginBackends(backends, {});
+      backends::BackendRegistry backends;
+      backends::RegisterPluginBackends(backends, {});
       auto backend = backends.Create("sim");
       if (!backend) {
         std::fprintf(stderr, "%s\n", backend.error().ToString().c_str());
         std::exit(2);
       }
-      executor = std::make_unique<runners::ReplayExecutor>(*backend, *setup.Replay());
+      executor = std::make_unique<replay::ReplayExecutor>(*backend, *setup.Replay());
     }
     stages::UnitStageOptions options;
     options.run_id = id;

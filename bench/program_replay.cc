@@ -60,7 +60,7 @@ std::optional<std::string> Output(const std::string& command) {
 }
 
 // The cpu backend, timing each op (synchronous: the call's own time).
-class TimedCpu final : public runners::Backend {
+class TimedCpu final : public backends::Backend {
  public:
   std::map<std::string, std::pair<double, int>> per_op;  // seconds, calls
   std::string name() const override { return "cpu"; }
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t_trace).count());
 
   // 2. Side by side.
-  runners::SetIntraOpThreads(threads);
+  backends::SetIntraOpThreads(threads);
   TimedCpu cpu;
   std::vector<double> eager, eager_rss, wall, backend, reference;
   int64_t peak_live = 0;
@@ -177,11 +177,11 @@ int main(int argc, char** argv) {
     eager.push_back(j["median"].get<double>());
     eager_rss.push_back(j["peak_rss_mb"].get<double>());
 
-    runners::ProgramReplayOptions o;
+    replay::ProgramReplayOptions o;
     o.locate_first_divergent = false;
     const auto t0 = std::chrono::steady_clock::now();
     cpu.per_op.clear();
-    const auto item = runners::ReplayProgram(program, cpu, o);
+    const auto item = replay::ReplayProgram(program, cpu, o);
     wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (item.outcome != Outcome::kPass) {
       std::fprintf(stderr, "bench_program_replay: the replay did not pass: %s\n", item.error.c_str());

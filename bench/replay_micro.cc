@@ -41,11 +41,11 @@ OpCase TinyAdd() {
 
 // The harness: everything a unit-stage case does except the database write.
 void BM_ReplayTinyCase(benchmark::State& state) {
-  runners::BackendRegistry backends;
-  runners::RegisterCpuBackend(backends);
-  runners::ReplayOptions options;
+  backends::BackendRegistry backends;
+  backends::RegisterCpuBackend(backends);
+  replay::ReplayOptions options;
   options.warm_iterations = static_cast<int>(state.range(0));
-  runners::ReplayExecutor executor(*backends.Create("cpu"), options);
+  replay::ReplayExecutor executor(*backends.Create("cpu"), options);
   const OpCase c = TinyAdd();
   for (auto _ : state) benchmark::DoNotOptimize(executor.Run(c));
 }
@@ -71,8 +71,8 @@ BENCHMARK(BM_DispatcherCallsAlone)->Arg(0)->Arg(3)->Unit(benchmark::kMicrosecond
 }  // namespace
 
 int main(int argc, char** argv) {
-  coverage::runners::KeepFreedHostMemory();
-  coverage::runners::SetIntraOpThreads(0);
+  coverage::backends::KeepFreedHostMemory();
+  coverage::backends::SetIntraOpThreads(0);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

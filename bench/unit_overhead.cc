@@ -51,9 +51,9 @@ struct Bucket {
 };
 
 // Forwards to the replay executor and keeps every timing.
-class TimingExecutor final : public runners::CaseExecutor {
+class TimingExecutor final : public replay::CaseExecutor {
  public:
-  explicit TimingExecutor(runners::CaseExecutor* inner) : inner_(inner) {}
+  explicit TimingExecutor(replay::CaseExecutor* inner) : inner_(inner) {}
   CaseResult Run(const OpCase& c) override {
     CaseResult r = inner_->Run(c);
     executor_us += r.timing.total_us;
@@ -63,7 +63,7 @@ class TimingExecutor final : public runners::CaseExecutor {
   double executor_us = 0, compute_us = 0;
 
  private:
-  runners::CaseExecutor* inner_;
+  replay::CaseExecutor* inner_;
 };
 
 }  // namespace
@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (tune_allocator) runners::KeepFreedHostMemory();
-  runners::SetIntraOpThreads(threads);
+  if (tune_allocator) backends::KeepFreedHostMemory();
+  backends::SetIntraOpThreads(threads);
   auto reg = registry::Registry::Open(path, {.read_only = true});
   if (!reg) {
     std::fprintf(stderr, "%s\n", reg.error().ToString().c_str());
@@ -112,19 +112,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", cases.error().ToString().c_str());
     return 2;
   }
-  runners::BackendRegistry backends;
-  runners::RegisterCpuBackend(backends);
-  runners::ReplayOptions options;
+  backends::BackendRegistry backends;
+  backends::RegisterCpuBackend(backends);
+  replay::ReplayOptions options;
   options.warm_iterations = warm;
   if (cache_mb >= 0) options.input_cache_bytes = cache_mb << 20;
   options.always_verify_inputs = verify_inputs;
-  options.golden = golden == "always" ? runners::GoldenMode::kAlways
-                   : golden == "never" ? runners::GoldenMode::kNever
-                                       : runners::GoldenMode::kWhenNeeded;
+  options.golden = golden == "always" ? replay::GoldenMode::kAlways
+                   : golden == "never" ? replay::GoldenMode::kNever
+                                       : replay::GoldenMode::kWhenNeeded;
   std::printf("registry %s: %zu cases, cpu backend, %d warm calls, golden %s, allocator %s, input cache %lld MiB, "
               "%d threads, read-only inputs verified %s\n\n",
               path.c_str(), cases->size(), warm, golden.c_str(), tune_allocator ? "tuned" : "default",
-              static_cast<long long>(options.input_cache_bytes >> 20), runners::IntraOpThreads(),
+              static_cast<long long>(options.input_cache_bytes >> 20), backends::IntraOpThreads(),
               verify_inputs ? "always" : "for untrusted backends (not cpu)");
   std::printf("%-8s %-16s %6s %10s %10s %8s %12s %10s %14s %12s\n", "pass", "cases", "n", "wall s", "compute s",
               "compute", "make inputs", "compare", "overhead/case", "median/case");
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   // pages in. Pass 2 uses a new executor (empty input cache) in the same
   // process, as every case after the first few does in a long run.
   for (const char* pass : {"cold", "warm"}) {
-    runners::ReplayExecutor executor(*backends.Create("cpu"), options);
+    replay::ReplayExecutor executor(*backends.Create("cpu"), options);
     Bucket big{fmt::format(">= {:g} FLOPs", min_flops)}, small{fmt::format("< {:g} FLOPs", min_flops)}, all{"all"};
     worst.clear();
     for (const auto& c : *cases) {
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", copy.error().ToString().c_str());
     return 2;
   }
-  runners::ReplayExecutor executor(*backends.Create("cpu"), options);
+  replay::ReplayExecutor executor(*backends.Create("cpu"), options);
   TimingExecutor timing(&executor);
   stages::UnitStageOptions stage_options;
   stage_options.run_id = "bench";

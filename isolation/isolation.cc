@@ -10,7 +10,14 @@
 #include "core/json_double.h"
 #include "backends/backends.h"
 
-namespace coverage::runners {
+namespace coverage::isolation {
+using replay::ComparisonOptions;
+using replay::ModelCheckItemFromJson;
+using replay::ModelCheckItemToJson;
+using replay::ProgramReplayOptions;
+using replay::ReplayExecutor;
+using replay::RunProgramStage;
+using backends::BackendVersionOf;
 namespace {
 
 using nlohmann::json;
@@ -461,4 +468,4 @@ std::string WorkerService::HandleModel(const json& m) {
   return DumpJson(json{{"items", out}});
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::isolation

@@ -41,9 +41,19 @@
 #include "replay/replay.h"
 #include "isolation/worker.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
+class Backend;  // backends/backend.h (torch-facing)
+}  // namespace coverage::backends
 
-class Backend;
+namespace coverage::isolation {
+
+using backends::Backend;
+using replay::CaseExecutor;
+using replay::GoldenMode;
+using replay::ModelCheckItem;
+using replay::ModelCheckOptions;
+using replay::ProgramStageRunner;
+using replay::ReplayOptions;
 
 // Per-case deadlines and reruns (configs/isolation.json, see configs/README.md).
 struct IsolationPolicy {
@@ -181,4 +191,4 @@ class WorkerService {
   std::unique_ptr<CaseExecutor> replay_;
 };
 
-}  // namespace coverage::runners
+}  // namespace coverage::isolation

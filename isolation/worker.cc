@@ -21,7 +21,7 @@
 
 extern char** environ;
 
-namespace coverage::runners {
+namespace coverage::isolation {
 namespace {
 
 // Note [Worker processes]
@@ -345,4 +345,4 @@ int RunWorkerLoop(const std::function<std::string(const std::string&)>& handle) 
   }
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::isolation

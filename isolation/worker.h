@@ -27,7 +27,7 @@
 
 #include "core/result.h"
 
-namespace coverage::runners {
+namespace coverage::isolation {
 
 struct WorkerSpawnOptions {
   std::string executable;          // the binary; empty: this process's own (/proc/self/exe)
@@ -97,4 +97,4 @@ std::string SignalName(int signal);
 // Returns the process exit code.
 int RunWorkerLoop(const std::function<std::string(const std::string& request)>& handle);
 
-}  // namespace coverage::runners
+}  // namespace coverage::isolation

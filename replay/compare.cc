@@ -9,7 +9,7 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
-namespace coverage::runners {
+namespace coverage::replay {
 
 // Note [Tolerances]
 // ~~~~~~~~~~~~~~~~~
@@ -229,4 +229,4 @@ TensorComparison CompareTensors(const at::Tensor& backend, const at::Tensor& ref
   return r;
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

@@ -11,7 +11,7 @@
 #include "core/outcome.h"
 #include "replay/compare_options.h"
 
-namespace coverage::runners {
+namespace coverage::replay {
 
 struct TensorComparison {
   Outcome outcome = Outcome::kPass;
@@ -33,4 +33,4 @@ struct TensorComparison {
 TensorComparison CompareTensors(const at::Tensor& backend, const at::Tensor& reference, const at::Tensor& golden,
                                 Tolerance tolerance, double multiplier, bool values_meaningful);
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace coverage::runners {
+namespace coverage::replay {
 namespace {
 
 using nlohmann::json;
@@ -107,4 +107,4 @@ Result<ComparisonOptions> ComparisonOptions::FromJson(std::string_view text, std
   return o;
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

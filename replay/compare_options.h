@@ -10,7 +10,7 @@
 #include "core/op_case.h"
 #include "core/result.h"
 
-namespace coverage::runners {
+namespace coverage::replay {
 
 struct Tolerance {
   double rtol = 0;
@@ -44,4 +44,4 @@ struct ComparisonOptions {
   static Result<ComparisonOptions> FromJson(std::string_view json, std::string_view source_name);
 };
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

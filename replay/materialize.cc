@@ -10,7 +10,9 @@
 
 #include "backends/dtype_map.h"
 
-namespace coverage::runners {
+namespace coverage::replay {
+using backends::ToDType;
+using backends::ToScalarType;
 namespace {
 
 // Note [Value domains]
@@ -458,4 +460,4 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
   return m;
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

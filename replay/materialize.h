@@ -24,7 +24,7 @@
 #include "core/op_case.h"
 #include "core/result.h"
 
-namespace coverage::runners {
+namespace coverage::replay {
 
 // Content fingerprint of a tensor's bytes (order-sensitive, one parallel
 // read pass); used to prove that read-only inputs stayed unchanged.
@@ -122,4 +122,4 @@ at::Tensor MakeTensor(const TensorSpec& spec, std::string_view name, uint64_t se
 Result<MaterializedCase> Materialize(const OpCase& op_case, const c10::FunctionSchema& schema, uint64_t seed,
                                      InputCache* cache = nullptr);
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

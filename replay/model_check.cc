@@ -2,7 +2,7 @@
 
 #include "core/json_double.h"
 
-namespace coverage::runners {
+namespace coverage::replay {
 
 // Note [Model verdicts]
 // ~~~~~~~~~~~~~~~~~~~~~
@@ -81,4 +81,4 @@ Result<ModelCheckItem> ModelCheckItemFromJson(const nlohmann::json& j) {
   return item;
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

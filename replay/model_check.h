@@ -20,7 +20,7 @@
 #include "replay/compare_options.h"
 #include "replay/replay.h"
 
-namespace coverage::runners {
+namespace coverage::replay {
 
 struct ModelCheckOptions {
   uint64_t seed = 0;
@@ -59,4 +59,4 @@ struct ModelCheckItem {
 nlohmann::json ModelCheckItemToJson(const ModelCheckItem& item);
 Result<ModelCheckItem> ModelCheckItemFromJson(const nlohmann::json& j);
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

@@ -61,7 +61,9 @@
 //    call that misses is the first divergent call, stored with its op case
 //    key so that a failing model links to the op case that broke it.
 
-namespace coverage::runners {
+namespace coverage::replay {
+using backends::ToDType;
+using backends::ToScalarType;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -1223,4 +1225,4 @@ std::vector<ModelCheckItem> InProcessProgramStageRunner::Run(const std::string& 
   return RunProgramStage(stage, program, backend_, options_);
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

@@ -14,9 +14,13 @@
 #include "core/program.h"
 #include "replay/model_check.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
+class Backend;  // backends/backend.h (torch-facing)
+}  // namespace coverage::backends
 
-class Backend;
+namespace coverage::replay {
+
+using backends::Backend;
 
 struct ProgramReplayOptions {
   // Seed, tolerances, golden mode, cosine and top-k thresholds: the model
@@ -88,4 +92,4 @@ class InProcessProgramStageRunner final : public ProgramStageRunner {
   ProgramReplayOptions options_;
 };
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

@@ -21,7 +21,7 @@
 // exact. The backend always runs the call as captured: a backend without
 // the integer kernel is `unsupported` on that call, as the CPU would be.
 
-namespace coverage::runners {
+namespace coverage::replay {
 namespace {
 
 bool IsIntegral(const at::Tensor& t) { return t.defined() && at::isIntegralType(t.scalar_type(), /*includeBool=*/false); }
@@ -81,4 +81,4 @@ bool CallUpcast(const c10::OperatorHandle& op, const std::vector<bool>& mutated,
   return true;
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

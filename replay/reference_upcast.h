@@ -9,7 +9,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-namespace coverage::runners {
+namespace coverage::replay {
 
 // The message of a CPU kernel missing for an integer dtype ("histogram_cpu"
 // not implemented for 'Int').
@@ -23,4 +23,4 @@ bool IsMissingIntegerKernel(std::string_view what);
 // argument written in place, no integer tensor argument) or still fails.
 bool CallUpcast(const c10::OperatorHandle& op, const std::vector<bool>& mutated, torch::jit::Stack* stack);
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

@@ -17,7 +17,10 @@
 #include "replay/materialize.h"
 #include "replay/reference_upcast.h"
 
-namespace coverage::runners {
+namespace coverage::replay {
+using backends::LibtorchVersion;
+using backends::ToDType;
+using backends::ToScalarType;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -381,4 +384,4 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   return finish();
 }
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

@@ -18,9 +18,13 @@
 #include "core/op_case.h"
 #include "replay/compare_options.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
+class Backend;  // backends/backend.h (torch-facing)
+}  // namespace coverage::backends
 
-class Backend;
+namespace coverage::replay {
+
+using backends::Backend;
 class InputCache;
 
 // When the fp64 golden runs (see Note [Tolerances] in compare.cc).
@@ -80,4 +84,4 @@ bool ValuesMeaningful(const OpCase& op_case);
 // True when ATen has a schema for the case's op and overload in this build.
 bool HasSchema(const OpCase& op_case);
 
-}  // namespace coverage::runners
+}  // namespace coverage::replay

@@ -65,7 +65,7 @@ const capture::CaptureProfile* ChooseProfile(const ModelStageOptions& o, const s
 }
 
 // Replays of the program (in units of its FLOPs) a stage costs.
-double RunsOf(const std::string& stage, const runners::ModelCheckOptions& checks) {
+double RunsOf(const std::string& stage, const replay::ModelCheckOptions& checks) {
   if (stage == "module") return 2.0;  // the reference, and the backend for the modules' own calls
   if (stage == "model") return 2.0;   // the reference and the backend (a golden, when needed, is extra)
   return 2.0 * std::max(1, checks.train_steps);  // the step program on both sides, per step
@@ -91,7 +91,7 @@ registry::ModelResultRecord Skipped(const std::string& why, const std::string& f
   return r;
 }
 
-registry::ModelResultRecord ToRecord(const runners::ModelCheckItem& item, const std::string& family) {
+registry::ModelResultRecord ToRecord(const replay::ModelCheckItem& item, const std::string& family) {
   registry::ModelResultRecord r;
   r.item = item.item;
   r.outcome = item.outcome;
@@ -124,15 +124,15 @@ bool ModelStageSummary::Failed() const {
   return false;
 }
 
-Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::Backend& backend,
+Result<ModelStageSummary> RunModelStages(registry::Registry& registry, backends::Backend& backend,
                                          const ModelStageOptions& options) {
-  runners::ProgramReplayOptions replay;
+  replay::ProgramReplayOptions replay;
   replay.check = options.checks;
-  runners::InProcessProgramStageRunner runner(backend, replay);
+  replay::InProcessProgramStageRunner runner(backend, replay);
   return RunModelStages(registry, runner, options);
 }
 
-Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::ProgramStageRunner& runner,
+Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::ProgramStageRunner& runner,
                                          const ModelStageOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> stages;
@@ -290,7 +290,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::
       }
       progress.Update(static_cast<int64_t>(i), fmt::format("{} failing | {} {}", failing, stage, model.model_id));
       COV_RETURN_IF_ERROR(run.Begin("model:" + model.model_id + ":" + stage));
-      std::vector<runners::ModelCheckItem> items = runner.Run(stage, model.model_id, profile->name, program);
+      std::vector<replay::ModelCheckItem> items = runner.Run(stage, model.model_id, profile->name, program);
       COV_RETURN_IF_ERROR(runner.HarnessStatus());
       for (const auto& item : items) {
         rows.push_back(ToRecord(item, family));

@@ -38,7 +38,7 @@
 namespace coverage::registry {
 class Registry;
 }
-namespace coverage::runners {
+namespace coverage::backends {
 class Backend;
 }
 
@@ -58,7 +58,7 @@ struct ModelStageOptions : StageRunOptions {
   double max_bytes = 8e9;
   std::optional<double> max_model_flops;  // per model and stage
   bool gate = false;
-  runners::ModelCheckOptions checks;
+  replay::ModelCheckOptions checks;
 };
 
 struct ModelStageSummary {
@@ -86,10 +86,10 @@ struct ModelStageSummary {
 // Runs each (model, stage) through `runner` (in-process or in a worker,
 // isolation/isolation.h). Each is marked in flight before it is sent and
 // the mark is cleared with its results, in one transaction.
-Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::ProgramStageRunner& runner,
+Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::ProgramStageRunner& runner,
                                          const ModelStageOptions& options);
 // In-process on `backend`, with options.checks.
-Result<ModelStageSummary> RunModelStages(registry::Registry& registry, runners::Backend& backend,
+Result<ModelStageSummary> RunModelStages(registry::Registry& registry, backends::Backend& backend,
                                          const ModelStageOptions& options);
 
 }  // namespace coverage::stages

@@ -55,7 +55,7 @@ bool UnitStageSummary::Failed() const {
   return false;
 }
 
-Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::CaseExecutor& executor,
+Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::CaseExecutor& executor,
                                       const UnitStageOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   UnitStageSummary summary;

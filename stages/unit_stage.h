@@ -12,7 +12,7 @@
 // recorded as skipped are retried, since a cost cap or the data may have
 // changed. Resuming with other replay options is refused.
 //
-// The loop talks to a runners::CaseExecutor and stores CaseResults, which
+// The loop talks to a replay::CaseExecutor and stores CaseResults, which
 // have a JSON form: moving execution into worker processes later changes the
 // executor, not the stage or the result format.
 #pragma once
@@ -31,7 +31,7 @@
 namespace coverage::registry {
 class Registry;
 }
-namespace coverage::runners {
+namespace coverage::replay {
 class CaseExecutor;
 }
 
@@ -72,7 +72,7 @@ struct UnitStageSummary {
 // summarises the whole run. Statuses are harness failures (database, a filter
 // that matches nothing, run id reused for another stage); backend failures
 // are outcomes.
-Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, runners::CaseExecutor& executor,
+Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::CaseExecutor& executor,
                                       const UnitStageOptions& options);
 
 }  // namespace coverage::stages

@@ -16,7 +16,7 @@
 
 #include "backends/host.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
 namespace {
 
 // Distinct OS threads that ran a body of at::parallel_for in this file's
@@ -73,4 +73,4 @@ TEST(Threads, SetIntraOpThreadsControlsAtenAndOurParallelLoops) {
 }
 
 }  // namespace
-}  // namespace coverage::runners
+}  // namespace coverage::backends

@@ -17,7 +17,9 @@
 #include "isolation/worker.h"
 #include "tests/support/case_builder.h"
 
-namespace coverage::runners {
+namespace coverage::isolation {
+using namespace coverage::backends;  // backends/'s names, unqualified in these tests
+using namespace coverage::replay;  // replay/'s names, unqualified in these tests
 namespace {
 
 WorkerSpawnOptions Shell(const std::string& script, int attempt = 1) {
@@ -332,4 +334,4 @@ TEST(WorkerSetup, RoundTripsThroughJson) {
 }
 
 }  // namespace
-}  // namespace coverage::runners
+}  // namespace coverage::isolation

@@ -14,7 +14,8 @@
 #include "replay/replay.h"
 #include "tests/support/case_builder.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
+using namespace coverage::replay;  // replay/'s names, unqualified in these tests
 namespace {
 
 const char* const kPlugin = COVERAGE_TESTDEV_PLUGIN;
@@ -64,4 +65,4 @@ TEST(ThirdPartyPlugin, RunsOpCasesAgainstTheCpuReference) {
 }
 
 }  // namespace
-}  // namespace coverage::runners
+}  // namespace coverage::backends

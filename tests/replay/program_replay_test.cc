@@ -18,7 +18,7 @@
 namespace coverage {
 namespace {
 
-using runners::ProgramReplayOptions;
+using replay::ProgramReplayOptions;
 using testing::FakeBackend;
 
 using testing::LoadProgramFixture;
@@ -43,7 +43,7 @@ int64_t FirstCall(const Program& p, const std::string& op, const std::string& ph
 
 TEST(ProgramReplay, ACorrectBackendPassesAndTheLogitsAreJudged) {
   FakeBackend backend;
-  const auto item = runners::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
+  const auto item = replay::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
   EXPECT_EQ(item.outcome, Outcome::kPass) << item.error;
   EXPECT_TRUE(item.values_compared);
   EXPECT_DOUBLE_EQ(item.cosine, 1.0);
@@ -62,10 +62,10 @@ TEST(ProgramReplay, TheSameSeedGivesTheSameOutputsAndAnotherSeedOthers) {
     FakeBackend backend;
     ProgramReplayOptions o;
     o.check.seed = seed;
-    o.check.golden = runners::GoldenMode::kNever;
+    o.check.golden = replay::GoldenMode::kNever;
     backend.add_offset["aten::rsqrt"] = 1e-3;
     o.locate_first_divergent = false;
-    return runners::ReplayProgram(Prefill(), backend, o);
+    return replay::ReplayProgram(Prefill(), backend, o);
   };
   const auto a = run(1), b = run(1), c = run(2);
   EXPECT_NE(a.outcome, Outcome::kPass);
@@ -76,7 +76,7 @@ TEST(ProgramReplay, TheSameSeedGivesTheSameOutputsAndAnotherSeedOthers) {
 TEST(ProgramReplay, ABrokenOpFailsTheModelAndItsFirstCallIsNamedAsFirstDivergent) {
   FakeBackend backend;
   backend.add_offset["aten::silu"] = 0.5;
-  const auto item = runners::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
+  const auto item = replay::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
   EXPECT_EQ(item.outcome, Outcome::kMismatch) << item.error;
   ASSERT_TRUE(item.detail.contains("first_divergent")) << item.detail.dump();
   const auto& d = item.detail["first_divergent"];
@@ -92,7 +92,7 @@ TEST(ProgramReplay, ABrokenOpFailsTheModelAndItsFirstCallIsNamedAsFirstDivergent
 TEST(ProgramReplay, AnErrorOnTheBackendNamesTheCallAndItsModule) {
   FakeBackend backend;
   backend.throw_message["aten::_scaled_dot_product_flash_attention_for_cpu"] = "no attention kernel on this device";
-  const auto item = runners::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
+  const auto item = replay::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
   EXPECT_EQ(item.outcome, Outcome::kError);
   EXPECT_NE(item.error.find("no attention kernel on this device"), std::string::npos) << item.error;
   EXPECT_NE(item.error.find("model.layers.0.self_attn"), std::string::npos) << item.error;
@@ -102,14 +102,14 @@ TEST(ProgramReplay, AnErrorOnTheBackendNamesTheCallAndItsModule) {
 TEST(ProgramReplay, AChangedShapeMidProgramIsShapeDivergenceNamingTheCall) {
   FakeBackend backend;
   backend.drop_last_row.insert("aten::embedding");
-  const auto item = runners::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
+  const auto item = replay::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
   EXPECT_EQ(item.outcome, Outcome::kShapeDivergence) << item.error;
   EXPECT_EQ(item.detail["failed_call"], FirstCall(Prefill(), "aten::embedding"));
   EXPECT_NE(item.error.find("aten::embedding"), std::string::npos) << item.error;
 }
 
 TEST(ProgramReplay, TheModuleCheckIsolatesTheBrokenOpToItsModule) {
-  const auto kinds = runners::ModuleKinds(Prefill());
+  const auto kinds = replay::ModuleKinds(Prefill());
   // One of each kind with calls of its own, the first layer's.
   for (const char* m : {"model.layers.0.mlp.act_fn", "model.layers.0.input_layernorm", "model.layers.0.self_attn",
                         "model.embed_tokens", "lm_head"}) {
@@ -119,7 +119,7 @@ TEST(ProgramReplay, TheModuleCheckIsolatesTheBrokenOpToItsModule) {
 
   FakeBackend backend;
   backend.add_offset["aten::silu"] = 0.5;
-  const auto items = runners::ReplayModules(Prefill(), kinds, backend, ProgramReplayOptions{});
+  const auto items = replay::ReplayModules(Prefill(), kinds, backend, ProgramReplayOptions{});
   ASSERT_EQ(items.size(), kinds.size());
   for (const auto& item : items) {
     if (item.item == "model.layers.0.mlp.act_fn") {
@@ -129,7 +129,7 @@ TEST(ProgramReplay, TheModuleCheckIsolatesTheBrokenOpToItsModule) {
       EXPECT_EQ(item.outcome, Outcome::kPass) << item.item << ": " << item.error;
     }
   }
-  const auto none = runners::ReplayModule(Prefill(), "model.no_such_module", backend, ProgramReplayOptions{});
+  const auto none = replay::ReplayModule(Prefill(), "model.no_such_module", backend, ProgramReplayOptions{});
   EXPECT_EQ(none.outcome, Outcome::kSkipped);
 }
 
@@ -137,14 +137,14 @@ TEST(ProgramReplay, TrainingStepsPassOnACorrectBackendAndTheLossMoves) {
   FakeBackend backend;
   ProgramReplayOptions o;
   o.check.train_steps = 3;
-  const auto item = runners::ReplayTraining(Train(), backend, o);
+  const auto item = replay::ReplayTraining(Train(), backend, o);
   EXPECT_EQ(item.outcome, Outcome::kPass) << item.error;
   ASSERT_EQ(item.detail["losses"].size(), 3u);
   // Parameters carried over: the optimizer's updates change the next loss.
   EXPECT_NE(item.detail["losses"][0], item.detail["losses"][2]);
   EXPECT_EQ(item.detail["losses"], item.detail["reference_losses"]);
   // A forward-only program has no step to replay.
-  EXPECT_EQ(runners::ReplayTraining(Prefill(), backend, o).outcome, Outcome::kSkipped);
+  EXPECT_EQ(replay::ReplayTraining(Prefill(), backend, o).outcome, Outcome::kSkipped);
 }
 
 TEST(ProgramReplay, AWrongBackwardOpIsCaughtInTheTrainingProgram) {
@@ -152,7 +152,7 @@ TEST(ProgramReplay, AWrongBackwardOpIsCaughtInTheTrainingProgram) {
   backend.add_offset["aten::silu_backward"] = 1e-2;
   ProgramReplayOptions o;
   o.check.train_steps = 2;
-  const auto item = runners::ReplayTraining(Train(), backend, o);
+  const auto item = replay::ReplayTraining(Train(), backend, o);
   EXPECT_EQ(item.outcome, Outcome::kMismatch) << item.error;
   EXPECT_NE(item.error.find("gradient"), std::string::npos) << item.error;
   // The forward pass is untouched: the first loss agrees.
@@ -166,7 +166,7 @@ TEST(ProgramReplay, AWrongBackwardOpIsCaughtInTheTrainingProgram) {
 TEST(ProgramReplay, LivenessKeepsThePeakNearTheLargestLiveSet) {
   FakeBackend backend;
   const Program& p = Train();
-  const auto item = runners::ReplayProgram(p, backend, ProgramReplayOptions{});
+  const auto item = replay::ReplayProgram(p, backend, ProgramReplayOptions{});
   ASSERT_EQ(item.outcome, Outcome::kPass) << item.error;
   // What holding every value to the end would cost: each value's bytes.
   int64_t all = 0;
@@ -186,7 +186,7 @@ TEST(ProgramReplay, ACallThatCannotBeReplayedSkipsTheProgramWithTheReason) {
   p.calls[3].op_case.reset();
   p.calls[3].unsupported = "generator: a Generator argument";
   FakeBackend backend;
-  const auto item = runners::ReplayProgram(p, backend, ProgramReplayOptions{});
+  const auto item = replay::ReplayProgram(p, backend, ProgramReplayOptions{});
   EXPECT_EQ(item.outcome, Outcome::kSkipped);
   EXPECT_NE(item.error.find("call 3"), std::string::npos) << item.error;
   EXPECT_NE(item.error.find("a Generator argument"), std::string::npos) << item.error;
@@ -209,7 +209,7 @@ TEST(ProgramReplay, ACallTheReferenceCannotRunEitherIsNotTheBackendsFailure) {
   }
   ASSERT_TRUE(widened) << "the fixture has an input_ids leaf";
   FakeBackend backend;
-  const auto item = runners::ReplayProgram(p, backend, ProgramReplayOptions{});
+  const auto item = replay::ReplayProgram(p, backend, ProgramReplayOptions{});
   EXPECT_EQ(item.outcome, Outcome::kSkipped) << OutcomeName(item.outcome) << ": " << item.error;
   EXPECT_NE(item.error.find("the CPU reference cannot replay call"), std::string::npos) << item.error;
   EXPECT_NE(item.error.find("aten::embedding"), std::string::npos) << item.error;

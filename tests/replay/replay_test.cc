@@ -11,7 +11,8 @@
 #include "tests/support/case_builder.h"
 #include "tests/support/fake_backend.h"
 
-namespace coverage::runners {
+namespace coverage::replay {
+using namespace coverage::backends;  // backends/'s names, unqualified in these tests
 namespace {
 
 using testing::FakeBackend;
@@ -309,4 +310,4 @@ TEST(Replay, TheUpcastLeavesCallsWithFloatingOrWrittenIntegerTensorsAlone) {
 }
 
 }  // namespace
-}  // namespace coverage::runners
+}  // namespace coverage::replay

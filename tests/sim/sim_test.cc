@@ -29,7 +29,8 @@
 #include "tests/support/programs.h"
 #include "tests/support/temp_dir.h"
 
-namespace coverage::runners {
+namespace coverage::backends {
+using namespace coverage::replay;  // replay/'s names, unqualified in these tests
 namespace {
 
 const char* const kPlugin = COVERAGE_SIM_PLUGIN;
@@ -641,4 +642,4 @@ TEST(BackendRegistry, UnavailableBackendsAreListedAndRefusedWithTheirReason) {
 }
 
 }  // namespace
-}  // namespace coverage::runners
+}  // namespace coverage::backends

@@ -104,9 +104,9 @@ ModelStageOptions Options(const std::string& run_id) {
   return o;
 }
 
-std::shared_ptr<runners::Backend> Cpu() {
-  runners::BackendRegistry registry;
-  runners::RegisterCpuBackend(registry);
+std::shared_ptr<backends::Backend> Cpu() {
+  backends::BackendRegistry registry;
+  backends::RegisterCpuBackend(registry);
   return *registry.Create("cpu");
 }
 

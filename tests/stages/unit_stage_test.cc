@@ -17,7 +17,7 @@ namespace {
 using testing::TempDir;
 
 // Counts executions and stops the run after `stop_after` cases.
-class CountingExecutor final : public runners::CaseExecutor {
+class CountingExecutor final : public replay::CaseExecutor {
  public:
   CaseResult Run(const OpCase& c) override {
     ++runs;
@@ -142,9 +142,9 @@ TEST_F(UnitStage, ResumingWithOtherReplayOptionsIsRefused) {
 TEST_F(UnitStage, FaultyBackendFailsExactlyTheAffectedCases) {
   auto fake = std::make_shared<testing::FakeBackend>();
   fake->add_offset["aten::mul.Tensor"] = 1.0;
-  runners::ReplayOptions replay;
+  replay::ReplayOptions replay;
   replay.warm_iterations = 1;
-  runners::ReplayExecutor exec(fake, replay);
+  replay::ReplayExecutor exec(fake, replay);
   UnitStageOptions options;
   options.run_id = "faulty";
   options.backend = "fake";
@@ -228,7 +228,7 @@ TEST_F(UnitStage, ShardsRunDisjointCasesThatTogetherAreAllOfThem) {
 }
 
 // Looks at the registry while a case runs, and can fail as a harness.
-class InspectingExecutor final : public runners::CaseExecutor {
+class InspectingExecutor final : public replay::CaseExecutor {
  public:
   explicit InspectingExecutor(registry::Registry& r) : reg(r) {}
   CaseResult Run(const OpCase&) override {

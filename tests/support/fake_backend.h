@@ -14,7 +14,7 @@
 
 namespace coverage::testing {
 
-class FakeBackend final : public runners::Backend {
+class FakeBackend final : public backends::Backend {
  public:
   // Keys are qualified op names ("aten::mul.Tensor") or bare names ("aten::mul").
   std::map<std::string, double> add_offset;     // floating outputs += offset
