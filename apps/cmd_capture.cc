@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/app.h"
+#include "apps/flags.h"
 #include "capture/tracer_capture.h"
 #include "core/json_capped.h"
 #include "registry/registry.h"
@@ -42,19 +43,6 @@ struct CaptureFlags {
   uint64_t seed = 0;
   std::string python;
 };
-
-// Every number a user types: finite and in range (CLI::Range lets NaN through).
-CLI::Validator FiniteRange(double lo, double hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& s) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(s.c_str(), &end);
-        if (end == s.c_str() || *end != '\0' || !std::isfinite(v)) return "'" + s + "' is not a finite number";
-        if (v < lo || v > hi) return fmt::format("{} is outside [{}, {}]", s, lo, hi);
-        return std::string();
-      },
-      fmt::format("NUMBER in [{}, {}]", lo, hi));
-}
 
 // Lines of {"id", "config", "source"?, "structure"?}; the structure, when
 // not given, is what the feature extractor reads from the config.
@@ -113,11 +101,6 @@ Result<std::vector<capture::CaptureModel>> LoadModels(const std::string& path, c
   return out;
 }
 
-long MemoryGb() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<long>(static_cast<double>(pages) * static_cast<double>(page) / 1e9) : 8;
-}
-
 int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   const std::string profiles_path =
       flags.profiles_path.empty() ? global.home + "/configs/capture_profiles.json" : flags.profiles_path;
@@ -162,7 +145,7 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   options.jobs = flags.jobs > 0 ? flags.jobs
                                 : static_cast<int>(std::clamp<long>(
-                                      std::min<long>(cores, static_cast<long>(MemoryGb() / per_tracer_gb)), 1, 4));
+                                      std::min<long>(cores, static_cast<long>(PhysicalMemoryGb() / per_tracer_gb)), 1, 4));
   options.force = flags.force;
   options.progress = !global.quiet;
   options.stop = InstallStopHandler();

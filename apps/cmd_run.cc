@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/app.h"
+#include "apps/flags.h"
 #include "apps/table.h"
 #include "core/sha256.h"
 #include "registry/registry.h"
@@ -34,6 +35,7 @@ struct RunFlags {
   std::vector<std::string> dims;
   std::string profile;
   std::optional<double> max_case_flops;
+  double max_case_gb = 0;  // 0: half the machine's memory
   std::string run_id;
   int warm = 3;
   std::string golden = "auto";
@@ -224,6 +226,8 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   options.git_revision = GitRevision(global.home);
   options.filter = filter;
   options.max_case_flops = flags.max_case_flops;
+  const double max_case_gb = flags.max_case_gb > 0 ? flags.max_case_gb : PhysicalMemoryGb() / 2;
+  options.max_case_bytes = max_case_gb * 1e9;
   options.shard = *shard;
   options.progress = !global.quiet;
   options.stop = stop;
@@ -237,6 +241,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
       {"tolerances", tol_path},
       {"replay", {{"golden", flags.golden}, {"seed", flags.seed}, {"tolerances_sha256", Sha256Hex(*tol_text)}}}};
   if (flags.max_case_flops) config["max_case_flops"] = *flags.max_case_flops;
+  config["max_case_gb"] = max_case_gb;
   if (shard->active()) config["shard"] = shard->ToString();
   config["isolation"] = flags.isolation;
   options.config_json = config.dump();
@@ -320,9 +325,9 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
                           backends::BackendRegistry& backends, replay::ComparisonOptions comparison,
                           const std::string& tol_path, const std::string& tol_text, const std::atomic<bool>* stop) {
   if (!flags.ops.empty() || !flags.keys.empty() || !flags.dtype.empty() || !flags.dims.empty() ||
-      flags.max_case_flops) {
-    return ReportError(Status::InvalidArgument(
-        "--op, --case, --dtype, --dim and --max-case-flops filter op cases: they apply to --stage=unit only"));
+      flags.max_case_flops || flags.max_case_gb > 0) {
+    return ReportError(Status::InvalidArgument("--op, --case, --dtype, --dim, --max-case-flops and --max-case-gb "
+                                               "filter op cases: they apply to --stage=unit only"));
   }
   if (flags.max_model_flops < 0) return ReportError(Status::InvalidArgument("--max-model-flops must be non-negative"));
   if (flags.max_gb <= 0) return ReportError(Status::InvalidArgument("--max-gb must be positive"));
@@ -523,6 +528,10 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
                   "[default: the first that applies, see configs/capture_profiles.json]");
   cmd->add_option("--max-case-flops", flags->max_case_flops,
                   "Record costlier cases as skipped instead of running them");
+  cmd->add_option("--max-case-gb", flags->max_case_gb,
+                  "unit: record a case as skipped when replaying it would hold more memory than this (its inputs and "
+                  "outputs on the reference and the backend, and the fp64 golden) [default: half the machine's memory]")
+      ->check(FiniteRange(0.001, 1e6));
   cmd->add_option("--run", flags->run_id, "Run id; an existing id resumes that run, skipping finished cases");
   cmd->add_option("--warm", flags->warm, "Warm backend calls after the first (latency = their median)")
       ->capture_default_str()

@@ -49,6 +49,25 @@ bool IsReduction(const std::string& op) {
 
 }  // namespace
 
+double EstimateReplayBytes(const OpCase& c, double io_bytes) {
+  int64_t smallest_float = 0;
+  auto see = [&](const TensorSpec& t) {
+    if (!IsFloatingDType(t.dtype)) return;
+    const int64_t size = DTypeSize(t.dtype);
+    if (smallest_float == 0 || size < smallest_float) smallest_float = size;
+  };
+  for (const auto& a : c.args) {
+    if (a.kind == Argument::Kind::kTensor) see(a.tensor);
+    if (a.kind == Argument::Kind::kTensorList) {
+      for (const auto& t : a.tensors) {
+        if (t) see(*t);
+      }
+    }
+  }
+  const double golden = smallest_float > 0 ? io_bytes * 8.0 / static_cast<double>(smallest_float) : 0.0;
+  return 3.0 * io_bytes + golden;
+}
+
 CostEstimate EstimateCost(const OpCase& c, const std::vector<TensorSpec>& outputs) {
   CostEstimate e;
   double largest = 0;

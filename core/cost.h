@@ -19,4 +19,12 @@ struct CostEstimate {
 
 CostEstimate EstimateCost(const OpCase& op_case, const std::vector<TensorSpec>& outputs);
 
+// Peak bytes the unit stage's replay of a case holds, from its inputs and
+// outputs (`io_bytes`, CostEstimate::bytes): the materialised inputs, the
+// reference's and the backend's inputs and outputs (3x), and, for a case
+// with floating tensors, the fp64 golden's (io_bytes x 8 / the smallest
+// floating element size: 2x for f32, 4x for bf16). The golden runs only on a
+// miss, but a cap has to hold when it does.
+double EstimateReplayBytes(const OpCase& op_case, double io_bytes);
+
 }  // namespace coverage

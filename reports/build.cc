@@ -136,7 +136,9 @@ bool IsUnitStage(const RunInfo& run) { return run.stage == "unit"; }
 nlohmann::json JudgingOptions(const RunInfo& run) {
   nlohmann::json j = nlohmann::json::parse(run.config_json, nullptr, false);
   if (!j.is_object()) return nlohmann::json();
-  for (const char* k : {"shard", "isolation", "tolerances", "profiles"}) j.erase(k);
+  // max_case_gb defaults to the machine's memory: a case it skips shows as
+  // skipped, which the diff reports, rather than making runs incomparable.
+  for (const char* k : {"shard", "isolation", "tolerances", "profiles", "max_case_gb"}) j.erase(k);
   return j;
 }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/cost.h"
 #include "core/progress.h"
 #include "registry/registry.h"
 #include "replay/replay.h"
@@ -103,6 +104,13 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::Case
       result.outcome = Outcome::kSkipped;
       result.error = fmt::format("estimated {:.3g} FLOPs exceeds --max-case-flops {:.3g}", c.cost.flops,
                                  *options.max_case_flops);
+      ++summary.skipped_by_cost;
+    } else if (const double bytes = EstimateReplayBytes(c.op_case, c.cost.bytes);
+               options.max_case_bytes && bytes > *options.max_case_bytes) {
+      result.outcome = Outcome::kSkipped;
+      result.error = fmt::format("needs about {:.3g} GB to replay (inputs and outputs on the reference and the "
+                                 "backend, and the fp64 golden), over --max-case-gb {:.3g}",
+                                 bytes / 1e9, *options.max_case_bytes / 1e9);
       ++summary.skipped_by_cost;
     } else {
       COV_RETURN_IF_ERROR(run.Begin("case:" + std::to_string(c.case_id)));

@@ -42,6 +42,7 @@ namespace coverage::stages {
 struct UnitStageOptions : StageRunOptions {
   registry::CaseFilter filter;          // which cases to plan
   std::optional<double> max_case_flops; // costlier cases are recorded as skipped
+  std::optional<double> max_case_bytes; // cases whose replay would hold more (EstimateReplayBytes) likewise
 };
 
 struct OpOutcomeCounts {

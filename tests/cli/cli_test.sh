@@ -104,6 +104,12 @@ check "resume with other seed is refused" run 2 "$BIN" -q --registry "$DB" run -
 check "refusal explains" has "would mix results judged differently"
 check "cost cap" run 0 "$BIN" -q --registry "$DB" run --stage=unit --run capped --max-case-flops 1e6 --warm 0
 check "cost cap reported" has "over the cost cap"
+check "memory cap" run 0 "$BIN" -q --registry "$DB" run --stage=unit --run memcapped --max-case-gb 0.001 --warm 0
+check "memory cap skips the cases over it" test \
+  "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id='memcapped' AND outcome='skipped' AND error LIKE '%over --max-case-gb 0.001%'")" -gt 0
+check "memory cap: nan is refused" run 2 "$BIN" -q --registry "$DB" run --stage=unit --max-case-gb nan
+check "memory cap refusal names the flag" has "--max-case-gb: 'nan' is not a finite number"
+check "memory cap is for the unit stage" run 2 "$BIN" -q --registry "$DB" run --stage=model --max-case-gb 2
 
 # Ctrl-C stops after the current case; the same --run id resumes it.
 "$BIN" -q --registry "$DB" run --stage=unit --run interrupted --warm 400 >"$TMP/int.out" 2>&1 &

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/case_result.h"
+#include "core/cost.h"
 #include "core/json_capped.h"
 #include "core/op_case.h"
 #include "core/outcome.h"
@@ -219,3 +220,17 @@ TEST(RawJsonMember, KeepsTheValueAsWrittenPythonLiteralsIncluded) {
   EXPECT_FALSE(RawJsonMember("[1, 2]", "config").has_value());
   EXPECT_FALSE(RawJsonMember(R"({"config": [1, 2)", "config").has_value());
 }
+
+namespace coverage {
+namespace {
+
+// The unit stage's memory cap: both sides' inputs and outputs, and the fp64
+// golden scaled from the smallest floating element size.
+TEST(EstimateReplayBytes, CountsBothSidesAndTheGoldenAtItsWidth) {
+  EXPECT_DOUBLE_EQ(EstimateReplayBytes(testing::MmCase(8, 8, 8), 768.0), 5 * 768.0);                       // f32: golden 2x
+  EXPECT_DOUBLE_EQ(EstimateReplayBytes(testing::MmCase(8, 8, 8, DType::kBFloat16), 384.0), 7 * 384.0);   // bf16: 4x
+  EXPECT_DOUBLE_EQ(EstimateReplayBytes(testing::AddCase({8}, DType::kInt64), 192.0), 3 * 192.0);          // no golden
+}
+
+}  // namespace
+}  // namespace coverage

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/cost.h"
+
 #include "registry/registry.h"
 #include "backends/backends.h"
 #include "replay/replay.h"
@@ -107,6 +109,31 @@ TEST_F(UnitStage, CostCapRecordsSkippedCasesWithTheReason) {
   auto q = reg_->Query("SELECT error FROM results WHERE run_id = 'capped' AND outcome = 'skipped'");
   ASSERT_EQ(q->rows.size(), 3u);
   EXPECT_NE(q->rows[0][0].find("--max-case-flops"), std::string::npos);
+}
+
+// --max-case-gb: a case whose replay would hold more memory than the cap
+// (inputs and outputs on both sides and the fp64 golden) is skipped with the
+// estimate, before anything is allocated.
+TEST_F(UnitStage, AMemoryCapSkipsCasesWhoseReplayWouldHoldMore) {
+  const OpCase big = testing::MmCase(4096, 4096, 4096);  // f32: 3 x 64 MiB of inputs and output
+  auto id = reg_->UpsertCase(big, {1.0, 3.0 * 4096 * 4096 * 4});
+  ASSERT_TRUE(id.has_value());
+  ASSERT_TRUE(reg_->AddCaseSource(*id, {"m/x", "layers.0", "", "prefill", 0, 1}).ok());
+  // 3 sides of 201 MB, and the golden at twice the f32 bytes: about 1.0 GB.
+  EXPECT_NEAR(EstimateReplayBytes(big, 3.0 * 4096 * 4096 * 4), 5 * 3.0 * 4096 * 4096 * 4, 1.0);
+  CountingExecutor exec;
+  UnitStageOptions options;
+  options.run_id = "memcap";
+  options.max_case_bytes = 0.5e9;
+  options.progress = false;
+  auto s = RunUnitStage(*reg_, exec, options);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(exec.runs, 10) << "the ten small cases run";
+  EXPECT_EQ(s->skipped_by_cost, 1);
+  auto q = reg_->Query("SELECT error FROM results WHERE run_id = 'memcap' AND outcome = 'skipped'");
+  ASSERT_EQ(q->rows.size(), 1u);
+  EXPECT_NE(q->rows[0][0].find("needs about 1.01 GB to replay"), std::string::npos) << q->rows[0][0];
+  EXPECT_NE(q->rows[0][0].find("over --max-case-gb 0.5"), std::string::npos) << q->rows[0][0];
 }
 
 TEST_F(UnitStage, ResumeRetriesCasesSkippedByAnEarlierCostCap) {

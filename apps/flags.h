@@ -1,0 +1,15 @@
+// Checks and defaults the subcommands' flags share.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace coverage::apps {
+
+// Every number a user types: finite and in [lo, hi] (CLI::Range lets NaN
+// and inf through).
+CLI::Validator FiniteRange(double lo, double hi);
+
+// This machine's physical memory in GB (10^9 bytes); 8 when unknown.
+double PhysicalMemoryGb();
+
+}  // namespace coverage::apps
