@@ -127,9 +127,11 @@ Result<std::vector<std::string>> ParseStages(const std::string& text) {
 }
 
 void PrintIsolationStats(const isolation::IsolationStats& st, const std::string& tail) {
-  std::printf("isolation: %lld workers started, %lld crashed, %lld timed out, %lld reruns%s\n",
+  std::printf("isolation: %lld workers started, %lld crashed, %lld timed out, %lld reruns (%lld in the same "
+              "worker)%s\n",
               static_cast<long long>(st.workers_started), static_cast<long long>(st.crashes),
-              static_cast<long long>(st.timeouts), static_cast<long long>(st.reruns), tail.c_str());
+              static_cast<long long>(st.timeouts), static_cast<long long>(st.reruns),
+              static_cast<long long>(st.same_worker_reruns), tail.c_str());
 }
 
 int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, const std::vector<std::string>& stages,
@@ -583,7 +585,7 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--timeout", flags->timeout,
                   "Seconds one case (or one model stage) may take before it is killed as a timeout; overrides "
                   "the config");
-  cmd->add_option("--reruns", flags->reruns, "Reruns of a failing case in fresh workers; overrides the config")
+  cmd->add_option("--reruns", flags->reruns, "Reruns of a failing case (a wrong answer first in the same worker, then in fresh workers); overrides the config")
       ->check(CLI::Range(0, 100));
   cmd->add_option("--shard", flags->shard,
                   "Run shard i of N (\"i/N\"): the cases (unit) or models whose key hashes to i; default from "

@@ -109,6 +109,7 @@ struct IsolationStats {
   int64_t crashes = 0;
   int64_t timeouts = 0;
   int64_t reruns = 0;
+  int64_t same_worker_reruns = 0;  // of the reruns: wrong answers run again in the long-lived worker
   int64_t flaky = 0;
 };
 

@@ -243,7 +243,9 @@ TEST(IsolatedCaseExecutor, AConsistentCrashUsesEveryRerunEachInAFreshWorkerAndIs
   EXPECT_EQ(e.stats().workers_started, 3);  // the first, then one fresh worker per rerun
 }
 
-TEST(IsolatedCaseExecutor, AWrongAnswerReproducedExactlyIsConsistentAfterOneRerun) {
+// Note [Reruns]: a deterministic wrong answer is rerun in the same worker,
+// with no process start.
+TEST(IsolatedCaseExecutor, AWrongAnswerReproducedExactlyIsConsistentAfterOneRerunInTheSameWorker) {
   IsolatedCaseExecutor e(ScriptedWorker(kMismatch, 3));
   ASSERT_TRUE(e.Start().ok());
   CaseResult r = e.Run(testing::MulCase({2, 3}));
@@ -252,18 +254,24 @@ TEST(IsolatedCaseExecutor, AWrongAnswerReproducedExactlyIsConsistentAfterOneReru
   EXPECT_EQ(r.attempts, 2);
   EXPECT_FALSE(r.flaky);
   EXPECT_EQ(e.stats().reruns, 1);
+  EXPECT_EQ(e.stats().same_worker_reruns, 1);
+  EXPECT_EQ(e.stats().workers_started, 1) << "no fresh worker for a reproduced wrong answer";
 }
 
+// A wrong answer that changes between calls escalates from the same-worker
+// rerun to fresh workers and uses every rerun.
 TEST(IsolatedCaseExecutor, AWrongAnswerThatChangesBetweenAttemptsUsesEveryRerun) {
   IsolatedCaseExecutor e(ScriptedWorker(
-      R"(printf '{"result":"{\\"outcome\\":\\"mismatch\\",\\"error\\":\\"off by %s\\"}"}\n' "$COVERAGE_ATTEMPT" >&3)",
+      R"(n=$((n+1)); printf '{"result":"{\\"outcome\\":\\"mismatch\\",\\"error\\":\\"off by %s.%s\\"}"}\n' "$COVERAGE_ATTEMPT" "$n" >&3)",
       3));
   ASSERT_TRUE(e.Start().ok());
   CaseResult r = e.Run(testing::MulCase({2, 3}));
   EXPECT_EQ(r.outcome, Outcome::kMismatch);
-  EXPECT_EQ(r.error, "off by 1");
+  EXPECT_EQ(r.error, "off by 1.1");
   EXPECT_EQ(r.attempts, 4);
   EXPECT_FALSE(r.flaky);  // the same outcome every time
+  EXPECT_EQ(e.stats().same_worker_reruns, 1);
+  EXPECT_EQ(e.stats().workers_started, 3) << "the long-lived worker, then fresh ones for attempts 2 and 3";
 }
 
 TEST(IsolatedCaseExecutor, AWorkerThatCannotSetUpIsAHarnessError) {
