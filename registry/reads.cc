@@ -1,4 +1,4 @@
-// Typed reads: results and runs as the stages and reports use them, outcomes
+// Typed reads: runs and results as the stages and reports use them, outcomes
 // parsed once (Registry::GetRunOverview and the rest, registry.h).
 #include <fmt/format.h>
 
@@ -57,10 +57,24 @@ constexpr const char* kRunOverview =
     "(SELECT COUNT(*) FROM run_shards s WHERE s.run_id = r.run_id AND COALESCE(s.finished_at, '') <> '') "
     "FROM runs r ";
 
+RunRecord ReadRun(const Statement& stmt) {
+  RunRecord r;
+  r.run_id = stmt.Text(0);
+  r.stage = stmt.Text(1);
+  r.backend = stmt.Text(2);
+  r.started_at = stmt.Text(3);
+  r.finished_at = stmt.Text(4);
+  r.libtorch_version = stmt.Text(5);
+  r.host = stmt.Text(6);
+  r.git_revision = stmt.Text(7);
+  r.config_json = stmt.Text(8);
+  return r;
+}
+
+// Columns 0-8 as ReadRun reads them, then the counts.
 RunOverview ReadOverview(const Statement& stmt) {
   RunOverview o;
-  o.run = {stmt.Text(0), stmt.Text(1), stmt.Text(2), stmt.Text(3), stmt.Text(4),
-           stmt.Text(5), stmt.Text(6), stmt.Text(7), stmt.Text(8)};
+  o.run = ReadRun(stmt);
   o.unit_results = stmt.Int(9);
   o.model_results = stmt.Int(10);
   o.shard_count = stmt.Int(11);
@@ -139,6 +153,16 @@ Result<std::vector<ModelResultRecord>> Registry::ModelResultsForRun(const std::s
     out.push_back(std::move(r));
   }
   return out;
+}
+
+Result<std::optional<RunRecord>> Registry::GetRun(const std::string& run_id) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT run_id, stage, backend, started_at, finished_at, libtorch_version, host, git_revision, config_json "
+      "FROM runs WHERE run_id = ?1"));
+  stmt.Bind(1, run_id);
+  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+  if (!row) return std::optional<RunRecord>();
+  return std::optional<RunRecord>(ReadRun(stmt));
 }
 
 Result<std::optional<RunOverview>> Registry::GetRunOverview(const std::string& run_id) {

@@ -508,32 +508,6 @@ Result<int64_t> Registry::CountCases() {
   return stmt.Int(0);
 }
 
-namespace {
-RunRecord ReadRun(const Statement& stmt) {
-  RunRecord r;
-  r.run_id = stmt.Text(0);
-  r.stage = stmt.Text(1);
-  r.backend = stmt.Text(2);
-  r.started_at = stmt.Text(3);
-  r.finished_at = stmt.Text(4);
-  r.libtorch_version = stmt.Text(5);
-  r.host = stmt.Text(6);
-  r.git_revision = stmt.Text(7);
-  r.config_json = stmt.Text(8);
-  return r;
-}
-}  // namespace
-
-Result<std::optional<RunRecord>> Registry::GetRun(const std::string& run_id) {
-  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "SELECT run_id, stage, backend, started_at, finished_at, libtorch_version, host, git_revision, config_json "
-      "FROM runs WHERE run_id = ?1"));
-  stmt.Bind(1, run_id);
-  COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
-  if (!row) return std::optional<RunRecord>();
-  return std::optional<RunRecord>(ReadRun(stmt));
-}
-
 Result<RunRecord> Registry::CreateOrResumeRun(const RunRecord& run, bool* resumed) {
   COV_ASSIGN_OR_RETURN(auto existing, GetRun(run.run_id));
   if (existing) {
