@@ -32,6 +32,7 @@ struct CaptureFlags {
   std::vector<std::string> only_models;
   std::vector<std::string> only_profiles;
   bool force = false;
+  bool fresh_tracers = false;
   bool selection = false;
   int64_t selection_id = 0;
   int64_t max_layers = 2;
@@ -138,6 +139,7 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   t.max_gb = flags.max_gb;
   t.device = flags.device;
   t.seed = flags.seed;
+  t.server = !flags.fresh_tracers;
   t.timeout_s = flags.timeout_s;
   t.memory_limit_gb = flags.tracer_memory_gb;
   t.threads = global.threads;
@@ -230,6 +232,9 @@ void AddCaptureCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--python", flags->python,
                   "Python with torch and transformers [default: $COVERAGE_PYTHON, else <home>/.venv/bin/python]");
   cmd->add_flag("--force", flags->force, "Trace pairs again that were already traced");
+  cmd->add_flag("--fresh-tracers", flags->fresh_tracers,
+                "Start a new Python for every pair instead of forking it from a warm tracer per job (slower by the "
+                "imports of torch and transformers, about 3 s a pair)");
   cmd->callback([&global, flags]() { global.exit_code = RunCapture(global, *flags); });
 }
 

@@ -50,8 +50,11 @@ std::string OneLine(std::string text, size_t max = 2000) {
 }
 
 // Runs the tracer on one pair; never touches the registry.
+// Runs the tracer on one pair, in `*server`'s fork (started when missing) or,
+// when there is no server or it failed, in a fresh interpreter; never
+// touches the registry.
 PairResult TracePair(const TracerCaptureOptions& options, const std::vector<Pair>& pairs, size_t index,
-                     int threads) {
+                     int threads, std::unique_ptr<TracerServer>* server) {
   const Pair& pair = pairs[index];
   const CaptureModel& model = options.models[pair.model];
   const TracerSettings& t = options.tracer;
@@ -82,8 +85,22 @@ PairResult TracePair(const TracerCaptureOptions& options, const std::vector<Pair
   cmd.memory_limit_bytes = (t.memory_limit_gb > 0 ? t.memory_limit_gb : t.max_gb + 3) * 1e9;
   cmd.threads = threads;
   cmd.stop = options.stop;
-  TraceReader reader;
-  auto exit = RunTracerProcess(cmd, [&](std::string_view line) { return reader.Feed(line); });
+  std::optional<TraceReader> reader;
+  const auto feed = [&](std::string_view line) { return reader->Feed(line); };
+  Result<TracerExit> exit = Status::IoError("no tracer ran");
+  if (server && !*server) {
+    auto started = TracerServer::Start(t.python, t.package_dir, threads);
+    if (started) *server = std::move(*started);
+  }
+  if (server && *server) {
+    reader.emplace();
+    exit = (*server)->Run(cmd, feed);
+    if (!exit) server->reset();  // the next pair starts another
+  }
+  if (!exit) {
+    reader.emplace();
+    exit = RunTracerProcess(cmd, feed);
+  }
   if (!exit) {
     out.fatal = exit.error().WithContext("the capture tracer (run bash scripts/setup.sh to make the project venv)");
     return out;
@@ -121,7 +138,7 @@ PairResult TracePair(const TracerCaptureOptions& options, const std::vector<Pair
     out.fatal = Status::InvalidArgument("the capture tracer refused its command line: " + OneLine(exit->stderr_tail));
     return out;
   }
-  auto outcome = reader.Finish();
+  auto outcome = reader->Finish();
   if (!outcome) {
     fail(exit->exit_status == 0 ? "output" : "crash",
          fmt::format("{} ({}); its last output: {}", outcome.error().message(), exit->Description(),
@@ -257,6 +274,7 @@ Result<TracerCaptureSummary> RunTracerCapture(registry::Registry& registry, cons
     bool abort = false;
     int active = 0;  // workers that have not returned
     const auto worker = [&]() {
+      std::unique_ptr<TracerServer> server;
       for (;;) {
         size_t index;
         std::optional<registry::ProgramRecord> reuse;
@@ -279,7 +297,7 @@ Result<TracerCaptureSummary> RunTracerCapture(registry::Registry& registry, cons
           r.record.seconds = 0;
           r.record.peak_rss_mb = 0;
         } else {
-          r = TracePair(options, pairs, index, threads);
+          r = TracePair(options, pairs, index, threads, t.server ? &server : nullptr);
         }
         std::lock_guard<std::mutex> lock(mu);
         if (r.record.status == "not_built") unbuildable.emplace(pairs[index].model, r.record);

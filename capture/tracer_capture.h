@@ -43,6 +43,9 @@ struct TracerSettings {
   double timeout_s = 900;          // per pair
   double memory_limit_gb = 0;      // resident limit per tracer; 0: max_gb + 3 (the libraries themselves)
   int threads = 0;                 // OMP threads per tracer; 0: cores / jobs
+  // Fork every trace from a warm tracer per job (Note [Tracer server]) instead
+  // of starting an interpreter and importing torch and transformers per pair.
+  bool server = true;
 };
 
 struct CaptureModel {

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,5 +62,35 @@ struct TracerExit {
 // TracerExit.
 Result<TracerExit> RunTracerProcess(const TracerCommand& command,
                                     const std::function<Status(std::string_view line)>& on_line);
+
+// A tracer that imports torch and transformers once and forks a child per
+// trace (Note [Tracer server] in capture/tracer/coverage_tracer/cli.py):
+// Run behaves as RunTracerProcess does for the same command (same arguments,
+// stdin, stdout lines, stderr tail, deadline, memory limit, stop), without a
+// new interpreter and its imports per trace. The server itself holds no
+// model; a trace that crashes ends only its child. One trace at a time per
+// server (a capture job owns one). command.python, package_dir and threads
+// are the server's, fixed at Start.
+class TracerServer {
+ public:
+  // Errors: the interpreter cannot be started.
+  static Result<std::unique_ptr<TracerServer>> Start(const std::string& python, const std::string& package_dir,
+                                                     int threads);
+  ~TracerServer();  // ends the server and any trace it is running
+  TracerServer(const TracerServer&) = delete;
+  TracerServer& operator=(const TracerServer&) = delete;
+
+  // Errors (IoError): the server is gone or stopped answering; the trace
+  // did not run or its ending is unknown, and this server is unusable
+  // (start another, or run the trace with RunTracerProcess).
+  Result<TracerExit> Run(const TracerCommand& command, const std::function<Status(std::string_view line)>& on_line);
+
+ private:
+  TracerServer() = default;
+  bool ReadLine(std::string* line, double timeout_s);
+  int pid_ = -1;
+  int socket_ = -1;
+  std::string pending_;
+};
 
 }  // namespace coverage::capture

@@ -1,7 +1,9 @@
 // The capture driver without Python: TraceReader on hand-written records,
 // and RunTracerCapture against a fake tracer (a shell script standing in for
-// the interpreter) that traces, crashes, hangs, errs or prints garbage.
+// the interpreter) that traces, crashes, hangs, errs or prints garbage; the
+// tracer server (Note [Tracer server]) against the real tracer package.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,6 +16,7 @@
 
 #include "capture/trace_reader.h"
 #include "capture/tracer_capture.h"
+#include "capture/tracer_process.h"
 #include "registry/registry.h"
 #include "tests/support/temp_dir.h"
 
@@ -144,6 +147,7 @@ class FakeTracerTest : public ::testing::Test {
     o.tracer.python = python_;
     o.tracer.package_dir = dir_.File("pkg");
     o.tracer.timeout_s = 3;
+    o.tracer.server = false;  // the fake is an interpreter per pair; the server is tested on the real tracer below
     o.progress = false;
     return o;
   }
@@ -328,6 +332,92 @@ TEST_F(FakeTracerTest, AProfileForTheKindTheTracerNamesIsTriedWhenTheStructureWa
   ASSERT_TRUE(again) << again.error().message();
   EXPECT_EQ(again->skipped, 2);
   EXPECT_EQ(Starts(), starts);
+}
+
+
+// The real tracer package under the project venv's Python; skipped (with
+// the reason) where set-up has not made the venv.
+class TracerServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    python_ = std::string(COVERAGE_SOURCE_DIR) + "/.venv/bin/python";
+    package_ = std::string(COVERAGE_SOURCE_DIR) + "/capture/tracer";
+    if (!std::filesystem::exists(python_)) GTEST_SKIP() << "no project venv at " << python_ << " (bash scripts/setup.sh)";
+  }
+  TracerCommand Command(std::vector<std::string> args, std::string stdin_text = "") {
+    TracerCommand c;
+    c.python = python_;
+    c.package_dir = package_;
+    c.args = std::move(args);
+    c.stdin_text = std::move(stdin_text);
+    c.timeout_s = 120;
+    c.threads = 1;
+    return c;
+  }
+  std::string python_, package_;
+};
+
+TEST_F(TracerServerTest, ATraceInTheServerEndsAsInAFreshInterpreter) {
+  auto server = TracerServer::Start(python_, package_, 1);
+  ASSERT_TRUE(server) << server.error().message();
+  // A refused command line: exit status 2 and the reason on stderr, both ways.
+  const TracerCommand usage = Command({"--config", "-", "--profile", "no-such-profile"}, "{}");
+  auto lines = [](std::vector<std::string>* out) {
+    return [out](std::string_view line) {
+      out->emplace_back(line);
+      return Status::Ok();
+    };
+  };
+  std::vector<std::string> served_out, fresh_out;
+  auto served = (*server)->Run(usage, lines(&served_out));
+  auto fresh = RunTracerProcess(usage, lines(&fresh_out));
+  ASSERT_TRUE(served) << served.error().message();
+  ASSERT_TRUE(fresh) << fresh.error().message();
+  EXPECT_EQ(served->kind, TracerExit::Kind::kExited);
+  EXPECT_EQ(served->exit_status, 2);
+  EXPECT_EQ(fresh->exit_status, 2);
+  EXPECT_NE(served->stderr_tail.find("unknown profile 'no-such-profile'"), std::string::npos) << served->stderr_tail;
+  EXPECT_EQ(served->stderr_tail, fresh->stderr_tail);
+  // A config that is not JSON: one error record on stdout and the tracer's
+  // failure status, from the same server (it survives its children).
+  const TracerCommand bad = Command({"--config", "-", "--profile", "prefill"}, "{not json");
+  served_out.clear();
+  fresh_out.clear();
+  served = (*server)->Run(bad, lines(&served_out));
+  fresh = RunTracerProcess(bad, lines(&fresh_out));
+  ASSERT_TRUE(served) << served.error().message();
+  ASSERT_TRUE(fresh) << fresh.error().message();
+  EXPECT_EQ(served->kind, TracerExit::Kind::kExited);
+  EXPECT_NE(served->exit_status, 0);
+  EXPECT_EQ(served->exit_status, fresh->exit_status);
+  ASSERT_EQ(served_out.size(), 1u);
+  EXPECT_EQ(served_out, fresh_out);
+  EXPECT_NE(served_out[0].find("\"type\":\"error\""), std::string::npos) << served_out[0];
+}
+
+TEST_F(TracerServerTest, ADeadlineKillsOnlyTheTraceAndTheServerGoesOn) {
+  auto server = TracerServer::Start(python_, package_, 1);
+  ASSERT_TRUE(server) << server.error().message();
+  // The child opens its config from a FIFO no one writes, and waits there
+  // until the deadline kills it.
+  std::string fifo_dir = std::filesystem::temp_directory_path() / ("tracer_server_test_" + std::to_string(getpid()));
+  std::filesystem::create_directories(fifo_dir);
+  const std::string fifo = fifo_dir + "/config";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  TracerCommand slow = Command({"--config", fifo, "--profile", "prefill"});
+  slow.timeout_s = 1;
+  const auto start = std::chrono::steady_clock::now();
+  auto killed = (*server)->Run(slow, [](std::string_view) { return Status::Ok(); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(killed) << killed.error().message();
+  EXPECT_EQ(killed->kind, TracerExit::Kind::kTimeout);
+  EXPECT_LT(seconds, 30);
+  // The next trace runs in the same server.
+  auto next = (*server)->Run(Command({"--config", "-", "--profile", "no-such-profile"}, "{}"),
+                             [](std::string_view) { return Status::Ok(); });
+  ASSERT_TRUE(next) << next.error().message();
+  EXPECT_EQ(next->exit_status, 2);
+  std::filesystem::remove_all(fifo_dir);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from .cli import main, serve
 
-sys.exit(main())
+sys.exit(serve() if sys.argv[1:] == ["--serve"] else main())

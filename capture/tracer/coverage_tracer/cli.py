@@ -54,6 +54,82 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def serve(sock_fd: int = 3) -> int:
+    """Note [Tracer server]
+    `python -m coverage_tracer --serve`: a tracer that imports torch and
+    transformers once and then forks a child per request, so a (model,
+    profile) trace no longer pays the interpreter's start and those imports
+    (about 3 s of a 4.4 s meta trace). The parent (`coverage capture`) holds
+    the other end of a SOCK_SEQPACKET socket on fd `sock_fd`. A request is one
+    message: the JSON array of tracer arguments, with the child's stdin,
+    stdout and stderr as three attached descriptors. The server forks; the
+    child puts itself in a process group of its own, takes the three
+    descriptors as 0, 1 and 2 and runs main() on the arguments, exactly as a
+    freshly started tracer would. The server answers "<pid>\n" at once (the
+    parent watches and, on a deadline or its memory limit, kills that
+    process group) and "<wait status>\n" when the child has ended. Nothing
+    runs an op before the fork, so no thread pool is copied half-held. An
+    empty message or a closed socket ends the server."""
+    _die_with_parent()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import socket
+
+    import transformers  # noqa: F401  (the imports every trace needs, paid once)
+    from transformers.models.auto import modeling_auto  # noqa: F401
+
+    from . import trace as _trace  # noqa: F401
+
+    sock = socket.socket(fileno=sock_fd)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
+        except (OSError, InterruptedError):
+            return 0
+        if not message:
+            return 0
+        try:
+            argv = json.loads(message)
+            if len(fds) != 3 or not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+                raise ValueError("a request is a JSON array of strings with three descriptors")
+        except ValueError as e:
+            for fd in fds:
+                os.close(fd)
+            print(f"python -m coverage_tracer --serve: bad request: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        pid = os.fork()
+        if pid == 0:
+            code = 70
+            try:
+                os.setpgid(0, 0)
+                sock.close()
+                for target, fd in enumerate(fds):
+                    os.dup2(fd, target)
+                    os.close(fd)
+                os.environ["COVERAGE_PARENT_PID"] = str(os.getppid())
+                code = main(argv)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 1
+            except BaseException:  # noqa: BLE001  (the child must never return into the server loop)
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        for fd in fds:
+            os.close(fd)
+        try:
+            sock.sendall(f"{pid}\n".encode())
+            _, status = os.waitpid(pid, 0)
+            sock.sendall(f"{status}\n".encode())
+        except OSError:
+            return 0
+
+
 def main(argv=None) -> int:
     _die_with_parent()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
