@@ -16,6 +16,7 @@ namespace {
 
 struct SelectFlags {
   int k = 841;
+  bool per_family = false;
   uint64_t seed = 0;
   std::string defaults;
   bool no_members = false;
@@ -58,6 +59,7 @@ int RunSelectCommand(const GlobalOptions& global, const SelectFlags& flags) {
 
   stages::SelectOptions options;
   options.k = flags.k;
+  options.per_family = flags.per_family;
   options.seed = flags.seed;
   options.store_members = !flags.no_members;
   auto result = stages::RunSelect(**reg, options);
@@ -66,7 +68,7 @@ int RunSelectCommand(const GlobalOptions& global, const SelectFlags& flags) {
   const auto& c = sel.coverage;
   std::printf("selection %lld: %zu representatives of %lld models (%lld distinct; k = %d, seed = %llu)\n",
               static_cast<long long>(result->selection_id), sel.representatives.size(),
-              static_cast<long long>(c.models), static_cast<long long>(c.distinct_points), flags.k,
+              static_cast<long long>(c.models), static_cast<long long>(c.distinct_points), result->k,
               static_cast<unsigned long long>(flags.seed));
   if (result->failed_features > 0) {
     std::printf("  left out: %lld models whose config could not be read\n",
@@ -112,7 +114,11 @@ void AddSelectCommand(CLI::App& app, GlobalOptions& global) {
       "Derive architectural features from every crawled config.json (incrementally; interrupt and rerun to go on),\n"
       "then choose K representative models that cover the design space: one per coarse signature first (the\n"
       "most downloaded), then farthest-point k-center. Stores the selection and prints its coverage.");
-  cmd->add_option("--k", flags->k, "How many representatives")->capture_default_str()->check(CLI::Range(1, 1000000));
+  auto* k = cmd->add_option("--k", flags->k, "How many representatives")->capture_default_str()->check(CLI::Range(1, 1000000));
+  cmd->add_flag("--per-family", flags->per_family,
+                "K = the number of families (coarse signatures) in the population: one representative each, the "
+                "most downloaded")
+      ->excludes(k);
   cmd->add_option("--seed", flags->seed, "Breaks exact ties (same distance, same downloads)")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{0}, uint64_t{INT64_MAX}));

@@ -2,6 +2,8 @@
 // parsed once (Registry::GetRunOverview and the rest, registry.h).
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "registry/registry.h"
 #include "registry/sqlite.h"
 
@@ -224,6 +226,48 @@ Result<std::optional<std::string>> Registry::LatestRunId() {
   COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
   if (!row) return std::optional<std::string>();
   return std::optional<std::string>(stmt.Text(0));
+}
+
+Result<PipelineCounts> Registry::GetPipelineCounts() {
+  PipelineCounts out;
+  auto count = [&](const char* sql, int64_t* into) -> Status {
+    COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(sql));
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (row) *into = stmt.Int(0);
+    return Status::Ok();
+  };
+  COV_RETURN_IF_ERROR(count("SELECT COUNT(*) FROM crawls", &out.crawls));
+  COV_RETURN_IF_ERROR(count("SELECT COUNT(*) FROM models", &out.models));
+  COV_RETURN_IF_ERROR(count("SELECT COUNT(*) FROM models WHERE config_status = 'fetched'", &out.configs_fetched));
+  COV_RETURN_IF_ERROR(count("SELECT COUNT(*) FROM op_cases", &out.op_cases));
+  COV_RETURN_IF_ERROR(count("SELECT COUNT(DISTINCT model_id) FROM programs WHERE status = 'captured'",
+                            &out.models_captured));
+  {
+    COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT status, COUNT(*) FROM programs GROUP BY status"));
+    for (;;) {
+      COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+      if (!row) break;
+      out.program_statuses[stmt.Text(0)] = stmt.Int(1);
+    }
+  }
+  COV_ASSIGN_OR_RETURN(auto sel, db_->Prepare("SELECT selection_id, k, models, coverage_json FROM selections "
+                                              "ORDER BY selection_id DESC LIMIT 1"));
+  COV_ASSIGN_OR_RETURN(bool has_selection, sel.Step());
+  if (has_selection) {
+    out.selection_id = sel.Int(0);
+    out.selection_k = sel.Int(1);
+    out.selection_models = sel.Int(2);
+    auto coverage = nlohmann::json::parse(sel.Text(3), nullptr, /*allow_exceptions=*/false);
+    if (coverage.is_object()) {
+      out.coarse_total = coverage.value("coarse_total", int64_t{0});
+      out.coarse_covered = coverage.value("coarse_covered", int64_t{0});
+    }
+    COV_ASSIGN_OR_RETURN(auto reps, db_->Prepare("SELECT COUNT(*) FROM representatives WHERE selection_id = ?1"));
+    reps.Bind(1, out.selection_id);
+    COV_ASSIGN_OR_RETURN(bool row, reps.Step());
+    if (row) out.representatives = reps.Int(0);
+  }
+  return out;
 }
 
 Result<std::vector<CaseSourceRow>> Registry::SourcesOfCase(const std::string& key, int64_t limit) {

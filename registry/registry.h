@@ -136,6 +136,16 @@ struct RunOverview {
   int64_t shards_finished = 0;
 };
 
+// What the crawl, the newest selection and the capture put in the registry
+// (Registry::GetPipelineCounts).
+struct PipelineCounts {
+  int64_t crawls = 0, models = 0, configs_fetched = 0;
+  int64_t selection_id = 0, selection_k = 0, selection_models = 0, representatives = 0;
+  int64_t coarse_total = 0, coarse_covered = 0;  // families in the population, and with a representative
+  std::map<std::string, int64_t> program_statuses;  // captured, not_built, refused, ... -> (model, profile) pairs
+  int64_t models_captured = 0, op_cases = 0;
+};
+
 // A unit result with what identifies its case (Registry::CaseResultsForRun).
 struct CaseResultRow {
   std::string key;
@@ -429,6 +439,8 @@ class Registry {
   Result<std::map<std::string, std::string>> ModelTypes(const std::vector<std::string>& model_ids);
   // The newest run (by start, then insertion); nullopt when there is none.
   Result<std::optional<std::string>> LatestRunId();
+  // Counts of the crawl, the newest selection and the capture.
+  Result<PipelineCounts> GetPipelineCounts();
   // Where the case with `key` was captured, most calls first (at most `limit`).
   Result<std::vector<CaseSourceRow>> SourcesOfCase(const std::string& key, int64_t limit);
   // The case's results in the newest runs first (at most `limit`).

@@ -392,6 +392,30 @@ Status Builder::AddUnitRun(const RunInfo& run, const std::optional<RunInfo>& bas
 
 using ItemKey = std::tuple<std::string, std::string, std::string>;  // model, stage, item
 
+// The "first_divergent" object of a model result's detail (written by
+// replay/program_replay.cc); none when absent or not readable.
+std::optional<FirstDivergent> ReadFirstDivergent(const std::string& detail_json) {
+  auto j = nlohmann::json::parse(detail_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("first_divergent") || !j["first_divergent"].is_object()) return std::nullopt;
+  const auto& d = j["first_divergent"];
+  FirstDivergent f;
+  auto text = [&](const char* k) { return d.contains(k) && d[k].is_string() ? d[k].get<std::string>() : ""; };
+  auto number = [&](const char* k) -> std::optional<double> {
+    if (d.contains(k) && d[k].is_number()) return d[k].get<double>();
+    return std::nullopt;
+  };
+  if (d.contains("call") && d["call"].is_number_integer()) f.call = d["call"].get<int64_t>();
+  f.op = text("op");
+  f.case_key = text("case_key");
+  f.module = text("module");
+  f.phase = text("phase");
+  f.outcome = text("outcome");
+  f.message = text("message");
+  f.max_abs_err = number("max_abs_err");
+  f.error_ratio = number("error_ratio");
+  return f;
+}
+
 Result<std::map<ItemKey, ModelItemEntry>> LoadItems(Registry& registry, const std::string& run_id,
                                                      std::vector<ItemKey>* order,
                                                      std::map<std::string, std::string>* families) {
@@ -413,6 +437,7 @@ Result<std::map<ItemKey, ModelItemEntry>> LoadItems(Registry& registry, const st
     e.seconds = r.seconds;
     e.attempts = r.attempts;
     e.flaky = r.flaky;
+    e.first_divergent = ReadFirstDivergent(r.detail_json);
     ItemKey key{r.model_id, r.stage, r.item};
     if (order) order->push_back(key);
     if (families && !r.family.empty()) families->emplace(r.model_id, r.family);
@@ -605,6 +630,7 @@ void Builder::Finish() {
   for (CaseEntry& c : r.cases) c.repro = "coverage" + registry_flag + " repro " + ShellQuote(c.key);
 
   for (auto& [id, model] : models_) r.models.push_back(std::move(model));
+  FindBroken(r);
   std::stable_sort(r.models.begin(), r.models.end(),
                    [](const ModelEntry& a, const ModelEntry& b) { return a.failing && !b.failing; });
 
@@ -621,6 +647,25 @@ Result<Report> Builder::Build() {
   Report& r = report_;
   r.registry_path = options_.registry_path;
   r.generated_at = NowUtc();
+  {
+    COV_ASSIGN_OR_RETURN(registry::PipelineCounts p, registry_.GetPipelineCounts());
+    PipelineInfo& info = r.pipeline;
+    info.crawls = p.crawls;
+    info.models_listed = p.models;
+    info.configs_fetched = p.configs_fetched;
+    info.selection_id = p.selection_id;
+    info.selection_k = p.selection_k;
+    info.selection_models = p.selection_models;
+    info.representatives = p.representatives;
+    info.families = p.coarse_total;
+    info.families_covered = p.coarse_covered;
+    info.capture_statuses = p.program_statuses;
+    for (const auto& [status, n] : p.program_statuses) {
+      (status == "captured" ? info.pairs_captured : info.pairs_not_captured) += n;
+    }
+    info.models_captured = p.models_captured;
+    info.op_cases = p.op_cases;
+  }
   for (const auto& id : options_.run_ids) {
     COV_ASSIGN_OR_RETURN(RunInfo run, LoadRun(registry_, id));
     r.runs.push_back(std::move(run));
@@ -729,6 +774,76 @@ std::vector<std::pair<Outcome, int64_t>> StageSummary::VerdictsInNameOrder() con
 
 std::string_view OutcomeNameOrEmpty(const std::optional<Outcome>& outcome) {
   return outcome ? OutcomeName(*outcome) : std::string_view();
+}
+
+// Note [What is broken]
+// The report opens with what fails now, before what changed: a first run has
+// no baseline, and a backend team's first question is which ops, dtypes and
+// models do not work. Op cases failing unexpectedly are grouped by op and
+// dtypes, the group's worst error ratio against the fp64 golden beside it
+// (how much worse than the CPU's own rounding the backend is); models list
+// their earliest failing stage item with the call the replay first went
+// wrong at, whose op case is in the case table.
+void FindBroken(Report& r) {
+  r.broken_ops.clear();
+  r.broken_models.clear();
+  std::map<std::pair<std::string, std::string>, BrokenOp> ops;
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> models_of;
+  for (const CaseEntry& c : r.cases) {
+    if (c.change == Change::kRemoved || !Fails(c.verdict)) continue;
+    const auto group = std::make_pair(c.op, c.dtypes);
+    BrokenOp& b = ops[group];
+    b.op = c.op;
+    b.dtypes = c.dtypes;
+    ++b.cases;
+    ++b.verdicts[*c.verdict];
+    if (c.change == Change::kNewFailure) ++b.new_failures;
+    if (b.worst_key.empty()) b.worst_key = c.key;
+    if (c.error_ratio && std::isfinite(*c.error_ratio) &&
+        (!b.worst_error_ratio || *c.error_ratio > *b.worst_error_ratio)) {
+      b.worst_error_ratio = c.error_ratio;
+      b.worst_key = c.key;
+    }
+    models_of[group].insert(c.models.begin(), c.models.end());
+  }
+  for (auto& [group, b] : ops) {
+    b.models.assign(models_of[group].begin(), models_of[group].end());
+    r.broken_ops.push_back(std::move(b));
+  }
+  std::sort(r.broken_ops.begin(), r.broken_ops.end(), [](const BrokenOp& a, const BrokenOp& b) {
+    return std::make_tuple(-a.cases, -static_cast<int64_t>(a.models.size()), a.op, a.dtypes) <
+           std::make_tuple(-b.cases, -static_cast<int64_t>(b.models.size()), b.op, b.dtypes);
+  });
+  static const std::vector<std::string> kStages = {"module", "model", "train"};
+  auto stage_rank = [](const std::string& stage) {
+    auto it = std::find(kStages.begin(), kStages.end(), stage);
+    return static_cast<int>(it - kStages.begin());
+  };
+  for (const ModelEntry& model : r.models) {
+    if (!model.failing) continue;
+    const std::string& id = model.model_id;
+    const ModelItemEntry* first = nullptr;
+    for (const ModelItemEntry& item : model.items) {
+      if (item.change == Change::kRemoved || !Fails(item.verdict)) continue;
+      if (first == nullptr || stage_rank(item.stage) < stage_rank(first->stage)) first = &item;
+    }
+    if (first == nullptr) continue;
+    BrokenModel b;
+    b.model_id = id;
+    b.family = model.family;
+    b.stage = first->stage;
+    b.item = first->item;
+    b.profile = first->profile;
+    b.error = first->error;
+    b.verdict = *first->verdict;
+    b.first_divergent = first->first_divergent;
+    b.error_ratio = first->error_ratio;
+    b.is_new = first->change == Change::kNewFailure;
+    r.broken_models.push_back(std::move(b));
+  }
+  std::sort(r.broken_models.begin(), r.broken_models.end(), [&](const BrokenModel& a, const BrokenModel& b) {
+    return std::make_tuple(stage_rank(a.stage), a.model_id) < std::make_tuple(stage_rank(b.stage), b.model_id);
+  });
 }
 
 Result<Report> BuildReport(registry::Registry& registry, const ReportOptions& options) {

@@ -19,6 +19,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -129,6 +130,19 @@ std::vector<std::string> OrderStages(const std::set<std::string>& stages) {
   return ordered;
 }
 
+// Percent-encodes all but unreserved characters, for a URL fragment.
+std::string PercentEncode(std::string_view text) {
+  std::string out;
+  for (unsigned char ch : text) {
+    if (std::isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == '~' || ch == ':') {
+      out += static_cast<char>(ch);
+    } else {
+      out += fmt::format("%{:02X}", ch);
+    }
+  }
+  return out;
+}
+
 std::string FamilyName(std::string_view family) { return family.empty() ? "(unknown)" : std::string(family); }
 
 // ---------------------------------------------------------------- header
@@ -150,6 +164,8 @@ void WriteRunTable(Out& out, std::string_view id, const std::vector<RunInfo>& ru
   out += "</tbody></table>\n";
 }
 
+void WritePipeline(Out& out, const Report& report);
+
 void WriteHeader(Out& out, const Report& report) {
   Put(out, "<header id=\"top\">\n<h1>{}</h1>\n<p class=\"meta\">Generated {}", E(report.title), E(report.generated_at));
   if (!report.registry_path.empty()) Put(out, " from <code>{}</code>", E(report.registry_path));
@@ -160,18 +176,25 @@ void WriteHeader(Out& out, const Report& report) {
     Put(out, "<p class=\"verdict bad\">Regressed: {} new failure(s), {} drift, {} performance regression(s).</p>\n",
         ChangeCount(report, Change::kNewFailure), ChangeCount(report, Change::kDrift),
         ChangeCount(report, Change::kPerfRegression));
+  } else if (report.baselines.empty()) {
+    out += "<p class=\"verdict\">First run: no baseline to compare with.</p>\n";
   } else {
     out += "<p class=\"verdict good\">No regressions.</p>\n";
   }
+  WritePipeline(out, report);
   out +=
-      "<nav><a href=\"#summary\">Summary</a> <a href=\"#regressions\">Regressions</a> <a href=\"#matrix\">Stages by "
-      "family</a> <a href=\"#charts\">Charts</a> <a href=\"#models\">Models</a> <a href=\"#blockers\">Blockers</a> "
-      "<a href=\"#cases\">Cases</a></nav>\n";
-  out += "<h2>Runs</h2>\n";
+      "<nav><a href=\"#broken\">What is broken</a> <a href=\"#summary\">Summary</a> <a href=\"#regressions\">"
+      "Regressions</a> <a href=\"#matrix\">Stages by family</a> <a href=\"#charts\">Charts</a> <a href=\"#models\">"
+      "Models</a> <a href=\"#blockers\">Blockers</a> <a href=\"#cases\">Cases</a> <a href=\"#runs\">Runs</a></nav>\n";
+  out += "</header>\n";
+}
+
+void WriteRuns(Out& out, const Report& report) {
+  out += "<section id=\"runs\">\n<h2>Runs</h2>\n";
   WriteRunTable(out, "runs", report.runs);
   out += "<h2>Baselines</h2>\n";
   if (report.baselines.empty()) {
-    out += "<p class=\"empty\">No baseline: changes are not reported.</p>\n";
+    out += "<p class=\"empty\">First run: no earlier run of the same stages, backend and options to compare with.</p>\n";
   } else {
     WriteRunTable(out, "baselines", report.baselines);
   }
@@ -180,7 +203,109 @@ void WriteHeader(Out& out, const Report& report) {
     for (const std::string& warning : report.warnings) Put(out, "<li>{}</li>\n", E(warning));
     out += "</ul>\n";
   }
-  out += "</header>\n";
+  out += "</section>\n";
+}
+
+// Where the models came from: crawl, selection, capture, and the stages run.
+void WritePipeline(Out& out, const Report& report) {
+  const PipelineInfo& p = report.pipeline;
+  out += "<ol id=\"pipeline\" class=\"pipeline\">\n";
+  if (p.models_listed > 0 || p.crawls > 0) {
+    Put(out, "<li><b>Crawl</b> {} models listed, {} configs fetched</li>\n", p.models_listed, p.configs_fetched);
+  } else {
+    out += "<li><b>Crawl</b> <span class=\"empty\">none in this registry</span></li>\n";
+  }
+  if (p.selection_id > 0) {
+    Put(out, "<li><b>Selection {}</b> {} representatives of {} models; families covered {} of {}</li>\n",
+        p.selection_id, p.representatives, p.selection_models, p.families_covered, p.families);
+  } else {
+    out += "<li><b>Selection</b> <span class=\"empty\">none in this registry</span></li>\n";
+  }
+  std::string statuses;
+  for (const auto& [status, n] : p.capture_statuses) {
+    if (status == "captured") continue;
+    statuses += fmt::format("{}{} {}", statuses.empty() ? "" : ", ", n, status);
+  }
+  Put(out, "<li><b>Capture</b> {} (model, profile) pairs of {} models captured{}; {} op cases</li>\n",
+      p.pairs_captured, p.models_captured, statuses.empty() ? "" : " (" + E(statuses) + ")", p.op_cases);
+  std::string stages;
+  for (const StageSummary& stage : report.stages) {
+    stages += fmt::format("{}{} {}", stages.empty() ? "" : ", ", E(stage.stage), stage.total);
+  }
+  Put(out, "<li><b>Stages</b> {}</li>\n</ol>\n", stages.empty() ? "none" : stages);
+}
+
+// ---------------------------------------------------------------- what is broken
+
+std::string CaseLink(std::string_view filter, std::string_view label) {
+  // The case table's script reads "#case-filter=<text>" (Note [Case links]).
+  return fmt::format("<a class=\"case-link\" href=\"#case-filter={}\">{}</a>", E(PercentEncode(filter)), E(label));
+}
+
+void WriteBroken(Out& out, const Report& report) {
+  out += "<section id=\"broken\">\n<h2>What is broken</h2>\n";
+  int64_t failing_cases = 0;
+  for (const BrokenOp& b : report.broken_ops) failing_cases += b.cases;
+  if (report.broken_ops.empty() && report.broken_models.empty()) {
+    out += "<p class=\"empty\">Nothing fails unexpectedly: every judged op case and model passes or fails as "
+           "expected.</p>\n</section>\n";
+    return;
+  }
+  Put(out, "<p class=\"lede\">{} op cases of {} op and dtype groups and {} models fail now{}.</p>\n", failing_cases,
+      report.broken_ops.size(), report.broken_models.size(),
+      report.baselines.empty() ? " (first run: no baseline, so nothing is marked new)" : "");
+  if (!report.broken_ops.empty()) {
+    out +=
+        "<h3>Op cases, by op and dtype</h3>\n<table id=\"broken-ops\"><thead><tr><th>Op</th><th>Dtypes</th>"
+        "<th class=\"num\">Failing cases</th><th>Verdicts</th><th class=\"num\">Worst error ratio</th>"
+        "<th>Models</th><th>Cases</th></tr></thead><tbody>\n";
+    size_t rows = 0;
+    for (const BrokenOp& b : report.broken_ops) {
+      if (rows++ == kMaxRegressionRows) break;
+      std::string verdicts;
+      for (const auto& [v, n] : b.verdicts) verdicts += fmt::format("{} {} ", VerdictBadge(v), n);
+      std::vector<std::string> shown(b.models.begin(), b.models.begin() + std::min<size_t>(b.models.size(), 3));
+      std::string models = E(Join(shown, ", "));
+      if (b.models.size() > shown.size()) models += fmt::format(" and {} more", b.models.size() - shown.size());
+      Put(out,
+          "<tr><td><code>{}</code></td><td>{}</td><td class=\"num\">{}{}</td><td>{}</td><td class=\"num\">{}</td>"
+          "<td>{}</td><td>{} {}</td></tr>\n",
+          E(b.op), E(b.dtypes), b.cases, b.new_failures > 0 ? fmt::format(" ({} new)", b.new_failures) : "", verdicts,
+          b.worst_error_ratio ? fmt::format("{:.3g}", *b.worst_error_ratio) : "", models,
+          CaseLink(b.op, "all"), CaseLink(b.worst_key, "worst"));
+    }
+    out += "</tbody></table>\n";
+    if (report.broken_ops.size() > kMaxRegressionRows) {
+      Put(out, "<p class=\"more\">Showing {} of {} groups; the case table has every case.</p>\n",
+          kMaxRegressionRows, report.broken_ops.size());
+    }
+    out += "<p class=\"meta\">Error ratio: the backend's error against the fp64 golden over the CPU reference's "
+           "own; 1 is as good as the CPU.</p>\n";
+  }
+  if (!report.broken_models.empty()) {
+    out +=
+        "<h3>Models, by the first stage that fails</h3>\n<table id=\"broken-models\"><thead><tr><th>Model</th>"
+        "<th>Family</th><th>Stage</th><th>Verdict</th><th>First divergent call</th><th>Error</th></tr></thead>"
+        "<tbody>\n";
+    size_t rows = 0;
+    for (const BrokenModel& m : report.broken_models) {
+      if (rows++ == kMaxRegressionRows) break;
+      std::string divergent = "<span class=\"empty\">not located</span>";
+      if (m.first_divergent) {
+        const FirstDivergent& d = *m.first_divergent;
+        divergent = fmt::format("call {} <code>{}</code> in <code>{}</code> ({}){}", d.call, E(d.op), E(d.module),
+                                E(d.phase), d.error_ratio ? fmt::format(", error ratio {:.3g}", *d.error_ratio) : "");
+        if (!d.case_key.empty()) divergent += " " + CaseLink(d.case_key, "op case");
+      }
+      Put(out,
+          "<tr><td><code>{}</code>{}</td><td>{}</td><td>{}:{} {}</td><td>{}</td><td>{}</td><td><pre class=\"error\">"
+          "{}</pre></td></tr>\n",
+          E(m.model_id), m.is_new ? " <span class=\"badge v-fail\">new</span>" : "", E(FamilyName(m.family)),
+          E(m.stage), E(m.item), E(m.profile), VerdictBadge(m.verdict), divergent, E(Shorten(m.error, 600)));
+    }
+    out += "</tbody></table>\n";
+  }
+  out += "</section>\n";
 }
 
 // ---------------------------------------------------------------- summary
@@ -248,6 +373,11 @@ void WriteRegressions(Out& out, const Report& report) {
     for (const ModelItemEntry& item : model.items) {
       if (IsRegression(item.change)) items.emplace_back(&model, &item);
     }
+  }
+  if (report.baselines.empty()) {
+    out += "<p class=\"empty\">First run: there is no baseline, so nothing can have regressed yet; what fails now "
+           "is under <a href=\"#broken\">What is broken</a>.</p>\n</section>\n";
+    return;
   }
   if (cases.empty() && items.empty()) {
     out += "<p class=\"empty\">No new failures, drift or performance regressions.</p>\n</section>\n";
@@ -758,6 +888,10 @@ pre.error { white-space: pre-wrap; word-break: break-word; margin: 0; max-height
 .verdict.bad { background: #fbe3e0; color: var(--fail); }
 .verdict.good { background: #e1f3e7; color: var(--pass); }
 nav a { margin-right: 12px; }
+ol.pipeline { list-style: none; padding: 0; margin: 8px 0; display: flex; flex-wrap: wrap; gap: 6px; }
+ol.pipeline li { background: var(--soft); border: 1px solid var(--line); border-radius: 4px; padding: 4px 10px; }
+ol.pipeline li + li::before { content: "\\2192  "; color: var(--muted); }
+.lede { font-size: 15px; font-weight: 600; }
 table { border-collapse: collapse; margin: 6px 0; width: 100%; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 8px; text-align: left; vertical-align: top; }
 thead th { background: var(--soft); }
@@ -1041,7 +1175,27 @@ constexpr std::string_view kScript = R"js(
   document.querySelectorAll('code.repro + button.copy').forEach(function (button) {
     button.addEventListener('click', function () { copy(button.previousElementSibling.textContent, button); });
   });
-  applyFilters();
+  // Note [Case links]: "#case-filter=<percent-encoded text>" (the links of
+  // "What is broken") fills the case filter and shows the case table.
+  function followCaseLink() {
+    const prefix = '#case-filter=';
+    if (location.hash.indexOf(prefix) !== 0) return false;
+    let wanted = '';
+    try {
+      wanted = decodeURIComponent(location.hash.slice(prefix.length));
+    } catch (e) {
+      return false;
+    }
+    filterBox.value = wanted;
+    verdictSelect.value = '';
+    changeSelect.value = '';
+    page = 0;
+    applyFilters();
+    document.getElementById('cases').scrollIntoView();
+    return true;
+  }
+  window.addEventListener('hashchange', followCaseLink);
+  if (!followCaseLink()) applyFilters();
 })();
 )js";
 
@@ -1059,6 +1213,7 @@ std::string ReportToHtml(const Report& report) {
       E(report.title), kStyle);
   WriteHeader(out, report);
   out += "<main>\n";
+  WriteBroken(out, report);
   WriteSummary(out, report);
   WriteRegressions(out, report);
   WriteMatrix(out, report);
@@ -1066,6 +1221,7 @@ std::string ReportToHtml(const Report& report) {
   WriteModels(out, report);
   WriteBlockers(out, report);
   WriteCases(out, report);
+  WriteRuns(out, report);
   Put(out, "</main>\n<script>{}</script>\n</body>\n</html>\n", kScript);
   return out;
 }

@@ -82,6 +82,48 @@ std::string ReportToJson(const Report& report) {
     }
   }
 
+  const PipelineInfo& p = report.pipeline;
+  j["pipeline"] = {{"models_listed", p.models_listed},
+                   {"configs_fetched", p.configs_fetched},
+                   {"selection_id", p.selection_id},
+                   {"representatives", p.representatives},
+                   {"families", p.families},
+                   {"families_covered", p.families_covered},
+                   {"pairs_captured", p.pairs_captured},
+                   {"pairs_not_captured", p.pairs_not_captured},
+                   {"models_captured", p.models_captured},
+                   {"op_cases", p.op_cases}};
+  j["broken_ops"] = json::array();
+  for (const auto& b : report.broken_ops) {
+    json verdicts = json::object();
+    for (const auto& [verdict, n] : b.verdicts) verdicts[std::string(OutcomeName(verdict))] = n;
+    j["broken_ops"].push_back({{"op", b.op},
+                               {"dtypes", b.dtypes},
+                               {"cases", b.cases},
+                               {"new_failures", b.new_failures},
+                               {"verdicts", std::move(verdicts)},
+                               {"worst_error_ratio", Optional(b.worst_error_ratio)},
+                               {"worst_key", b.worst_key},
+                               {"models", b.models}});
+  }
+  j["broken_models"] = json::array();
+  for (const auto& m : report.broken_models) {
+    json divergent = nullptr;
+    if (m.first_divergent) {
+      const FirstDivergent& d = *m.first_divergent;
+      divergent = {{"call", d.call},     {"op", d.op},       {"case_key", d.case_key},
+                   {"module", d.module}, {"phase", d.phase}, {"error_ratio", Optional(d.error_ratio)}};
+    }
+    j["broken_models"].push_back({{"model", m.model_id},
+                                  {"family", m.family},
+                                  {"stage", m.stage},
+                                  {"item", m.item},
+                                  {"verdict", OutcomeName(m.verdict)},
+                                  {"new", m.is_new},
+                                  {"first_divergent", std::move(divergent)},
+                                  {"error", m.error}});
+  }
+
   j["blockers"] = json::array();
   for (const auto& b : report.blockers) {
     j["blockers"].push_back({{"key", b.key},

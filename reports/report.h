@@ -102,6 +102,15 @@ struct CaseEntry {
   std::string repro;            // the `coverage repro` command for it
 };
 
+// The call a failing model item was first wrong at: the program replayed
+// again with every call fed the reference's inputs (Note in
+// replay/program_replay.h); its op case is in the registry under case_key.
+struct FirstDivergent {
+  int64_t call = -1;
+  std::string op, case_key, module, phase, outcome, message;
+  std::optional<double> max_abs_err, error_ratio;
+};
+
 // One item of a model-level stage (module kind, "forward", "train", "*").
 struct ModelItemEntry {
   std::string run_id, stage, item, profile;
@@ -114,6 +123,7 @@ struct ModelItemEntry {
   std::optional<Outcome> baseline_outcome;
   Change change = Change::kNoBaseline;
   std::string change_detail;
+  std::optional<FirstDivergent> first_divergent;  // failing items whose first wrong call was found
 };
 
 struct ModelEntry {
@@ -131,6 +141,40 @@ struct Blocker {
   std::string key, op, summary;
   std::optional<Outcome> verdict;
   std::vector<std::string> models;  // failing models whose capture produced it
+};
+
+// "What is broken": op cases failing now (unexpectedly; expected failures
+// are not broken news), one group per op and dtypes.
+struct BrokenOp {
+  std::string op, dtypes;
+  int64_t cases = 0;
+  std::map<Outcome, int64_t> verdicts;
+  // The largest error against the fp64 golden relative to the CPU
+  // reference's own (the backend's error / the CPU's, both against the golden);
+  // none when no case had a golden.
+  std::optional<double> worst_error_ratio;
+  std::string worst_key;                 // the case with that ratio (else the first failing case)
+  std::vector<std::string> models;       // models whose capture produced them (sorted, distinct)
+  int64_t new_failures = 0;              // of them, new since the baseline
+};
+
+// A model failing now: its first failing item, and where it first went wrong.
+struct BrokenModel {
+  std::string model_id, family, stage, item, profile, error;
+  Outcome verdict = Outcome::kMismatch;
+  std::optional<FirstDivergent> first_divergent;
+  std::optional<double> error_ratio;
+  bool is_new = false;  // a new failure since the baseline
+};
+
+// Where the reported models came from: the crawl, the selection and the
+// capture in the same registry (absent parts stay empty).
+struct PipelineInfo {
+  int64_t models_listed = 0, configs_fetched = 0, crawls = 0;
+  int64_t selection_id = 0, selection_k = 0, representatives = 0, selection_models = 0;
+  int64_t families = 0, families_covered = 0;
+  int64_t pairs_captured = 0, pairs_not_captured = 0, models_captured = 0, op_cases = 0;
+  std::map<std::string, int64_t> capture_statuses;  // status -> pairs
 };
 
 struct StageSummary {
@@ -153,6 +197,9 @@ struct Report {
   std::vector<CaseEntry> cases;    // regressions first (new failures, drift, perf), then the rest by op and key
   std::vector<ModelEntry> models;  // failing first, then by id
   std::vector<Blocker> blockers;   // most models blocked first
+  std::vector<BrokenOp> broken_ops;       // most failing cases first
+  std::vector<BrokenModel> broken_models; // by stage (earliest first), then id
+  PipelineInfo pipeline;
   std::map<Change, int64_t> changes;  // over cases and model items
   std::vector<std::string> warnings;  // "no baseline for run X: ...", expectations that matched nothing, ...
 
@@ -163,6 +210,10 @@ struct Report {
 };
 
 Result<Report> BuildReport(registry::Registry& registry, const ReportOptions& options);
+
+// Derives broken_ops and broken_models from cases and models (Note [What is
+// broken] in build.cc); BuildReport calls it.
+void FindBroken(Report& report);
 
 // How the writers spell an optional outcome: its name, or "" for none (a
 // removed case, a result without a baseline).

@@ -65,7 +65,9 @@ std::string CoverageJson(const selection::Coverage& c) {
 }
 
 Result<SelectSummary> RunSelect(registry::Registry& registry, const SelectOptions& options) {
-  if (options.k < 1) return Status::InvalidArgument("--k must be at least 1, not " + std::to_string(options.k));
+  if (options.k < 1 && !options.per_family) {
+    return Status::InvalidArgument("--k must be at least 1, not " + std::to_string(options.k));
+  }
   SelectSummary out;
   std::vector<std::string> ids;
   COV_RETURN_IF_ERROR(registry.ForEachFeature(
@@ -91,10 +93,11 @@ Result<SelectSummary> RunSelect(registry::Registry& registry, const SelectOption
     return Status::InvalidArgument(
         "no model has usable features: crawl configs first (coverage crawl), then run coverage select");
   }
-  COV_ASSIGN_OR_RETURN(out.selection, selection::Select(out.population, options.k, options.seed));
+  out.k = options.per_family ? static_cast<int>(out.population.coarse_signatures()) : options.k;
+  COV_ASSIGN_OR_RETURN(out.selection, selection::Select(out.population, out.k, options.seed));
 
   registry::SelectionRecord record;
-  record.k = options.k;
+  record.k = out.k;
   record.seed = options.seed;
   record.feature_version = selection::kFeatureExtractorVersion;
   record.models = static_cast<int64_t>(out.population.size());

@@ -46,12 +46,14 @@ Result<FeatureSummary> DeriveFeatures(registry::Registry& registry, const select
 
 struct SelectOptions {
   int k = 841;
+  bool per_family = false;  // k = the population's number of coarse signatures (one representative per family)
   uint64_t seed = 0;
   bool store_members = true;  // one selection_members row per model
 };
 
 struct SelectSummary {
   int64_t selection_id = 0;
+  int k = 0;                    // the k selected with (options.k, or the families with per_family)
   int64_t failed_features = 0;  // models left out: their config (or stored features) could not be read
   std::vector<std::string> unreadable;  // the first few stored feature rows that did not read back
   selection::Population population;

@@ -164,6 +164,33 @@ try {
     check(await drill.isVisible(), 'the model details show no table');
   }
 
+  // "What is broken" comes first, above the summary, and its case links
+  // fill the case filter.
+  const order = await page.evaluate(() => {
+    const sections = Array.from(document.querySelectorAll('main > section')).map((s) => s.id);
+    return sections;
+  });
+  check(order[0] === 'broken', `the first section is ${order[0]}, not "What is broken"`);
+  const brokenOps = page.locator('#broken-ops tbody tr');
+  const failingCases = data.cases.filter((r) => !['pass', 'skipped', 'expected_failure', 'unexpected_pass', 'removed']
+    .includes(r[field.verdict])).length;
+  if (fixture || failingCases > 0) {
+    check((await brokenOps.count()) > 0, 'failing cases, but "What is broken" groups none');
+    const link = brokenOps.first().locator('a.case-link').first();
+    const op = (await brokenOps.first().locator('td').first().textContent()).trim();
+    await link.click();
+    await page.waitForFunction((op) => document.getElementById('case-filter').value === op, op);
+    const ops = await columnText(await columnIndex('op'));
+    check(ops.length > 0 && ops.every((v) => v.includes(op)), `the ${op} link shows other ops: ${ops.slice(0, 5)}`);
+    await page.fill('#case-filter', '');
+    await page.dispatchEvent('#case-filter', 'input');
+  }
+  if (fixture) {
+    const divergent = await page.locator('#broken-models td', { hasText: 'model.layers.0.self_attn' }).count();
+    check(divergent > 0, "the first divergent calls of the fixture's mismatching models are not shown");
+    check((await page.locator('#pipeline li').count()) === 4, 'the pipeline strip does not list crawl, selection, capture and stages');
+  }
+
   // Hostile strings are shown as text.
   if (fixture) {
     const hostile = await page.locator('#model-table summary', { hasText: '<script>alert(1)</script>' }).count();
@@ -181,4 +208,4 @@ try {
 if (problems.length > 0) {
   die(`${problems.length} problem(s):\n  ${problems.join('\n  ')}`);
 }
-console.log('report_in_chromium: ok (sort both ways, text and verdict filters, case and model details)');
+console.log('report_in_chromium: ok (what is broken first and its case links, sort both ways, text and verdict filters, case and model details)');

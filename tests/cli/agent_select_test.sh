@@ -143,6 +143,16 @@ check "select names the defaults file" contains "$TMP/e5.out" "none.jsonl"
 check "select on a missing registry is refused" test $? -eq 2
 check "nothing lost" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM models WHERE config_status IS NOT NULL")" -eq "$before"
 check "no registry created by a failed select" test ! -e "$TMP/missing.db"
+"$BIN" --registry "$DB" select --per-family --k 3 >"$TMP/e7.out" 2>&1
+check "select --per-family with --k is refused" test $? -eq 2
+
+# One representative per family: k is the number of coarse signatures, and
+# every one of them is covered.
+"$BIN" -q --registry "$DB" select --per-family --show 0 >"$TMP/family.out" 2>&1
+check "select --per-family succeeds" test $? -eq 0
+families=$(sqlite3 "$DB" "SELECT COUNT(DISTINCT coarse) FROM features WHERE status = 'ok'")
+check "select --per-family picks one per family" contains "$TMP/family.out" "k = $families,"
+check "select --per-family covers every family" contains "$TMP/family.out" "covered: $families of $families (100.0%)"
 
 echo "agent/select CLI: $pass passed, $fail failed"
 test "$fail" -eq 0

@@ -229,6 +229,58 @@ TEST(HtmlReport, OutlineMatchesGolden) {
       << golden_path;
 }
 
+TEST(HtmlReport, WhatIsBrokenComesFirstGroupedByOpAndDtype) {
+  const Report report = testing::SmallReport();
+  // Failing now, unexpectedly: the mm mismatch (new) and the convolution
+  // crash; the expected failures, passes and the removed case are not broken.
+  ASSERT_EQ(report.broken_ops.size(), 2u);
+  const BrokenOp* mm = nullptr;
+  for (const BrokenOp& b : report.broken_ops) {
+    if (b.op == "aten::mm") mm = &b;
+    EXPECT_NE(b.op, "aten::addmm");
+  }
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ(mm->cases, 1);
+  EXPECT_EQ(mm->new_failures, 1);
+  ASSERT_TRUE(mm->worst_error_ratio.has_value());
+  EXPECT_DOUBLE_EQ(*mm->worst_error_ratio, 35.5);
+  EXPECT_EQ(mm->worst_key, "k-mm");
+  EXPECT_EQ(mm->models.size(), 2u);
+  ASSERT_EQ(report.broken_models.size(), 2u);
+  const BrokenModel* qwen = nullptr;
+  for (const BrokenModel& m : report.broken_models) {
+    if (m.model_id == "Qwen/Qwen3-0.6B") qwen = &m;
+    EXPECT_NE(m.model_id, "bert-base-uncased");
+  }
+  ASSERT_NE(qwen, nullptr);
+  ASSERT_TRUE(qwen->first_divergent.has_value());
+  EXPECT_EQ(qwen->first_divergent->call, 17);
+
+  const std::string html = ReportToHtml(report);
+  const size_t broken = html.find("<section id=\"broken\">");
+  ASSERT_NE(broken, std::string::npos);
+  EXPECT_LT(broken, html.find("<section id=\"summary\">"));
+  EXPECT_LT(broken, html.find("<section id=\"regressions\">"));
+  const std::string section = html.substr(broken, html.find("</section>", broken) - broken);
+  EXPECT_NE(section.find("<code>aten::mm</code>"), std::string::npos);
+  EXPECT_NE(section.find("35.5"), std::string::npos);
+  EXPECT_NE(section.find("href=\"#case-filter=k-mm\""), std::string::npos);  // worst case, and the divergent call's
+  EXPECT_NE(section.find("model.layers.0.mlp.down_proj"), std::string::npos);
+  EXPECT_NE(section.find("href=\"#case-filter=aten::mm\""), std::string::npos);
+}
+
+TEST(HtmlReport, AFirstRunSaysSoInsteadOfNoRegressions) {
+  Report report = testing::SmallReport();
+  report.baselines.clear();
+  report.changes.clear();  // without a baseline nothing has a change
+  for (CaseEntry& c : report.cases) c.change = Change::kNoBaseline;
+  const std::string html = ReportToHtml(report);
+  EXPECT_NE(html.find("First run: no baseline to compare with."), std::string::npos);
+  const size_t section = html.find("<section id=\"regressions\">");
+  EXPECT_NE(html.find("First run: there is no baseline", section), std::string::npos);
+  EXPECT_EQ(html.find("No regressions."), std::string::npos);
+}
+
 TEST(HtmlReport, EmptyReportStillHasEverySection) {
   Report report;
   report.title = "coverage: nothing";
@@ -236,7 +288,7 @@ TEST(HtmlReport, EmptyReportStillHasEverySection) {
   for (const char* id : {"summary", "regressions", "matrix", "charts", "models", "blockers", "cases"}) {
     EXPECT_NE(html.find(std::string("<section id=\"") + id + "\">"), std::string::npos) << id;
   }
-  EXPECT_NE(html.find("No baseline"), std::string::npos);
+  EXPECT_NE(html.find("First run"), std::string::npos);
   EXPECT_NE(html.find("0 of 0 cases"), std::string::npos);
   EXPECT_EQ(nlohmann::json::parse(ScriptData(html))["cases"].size(), 0u);
 }

@@ -111,6 +111,7 @@ inline void Aggregate(reports::Report& report) {
   };
   std::stable_sort(report.cases.begin(), report.cases.end(),
                    [&](const auto& a, const auto& b) { return regression(a) && !regression(b); });
+  reports::FindBroken(report);
   std::stable_sort(report.models.begin(), report.models.end(),
                    [](const auto& a, const auto& b) { return a.failing && !b.failing; });
 }
@@ -164,6 +165,7 @@ inline reports::Report SmallReport() {
   mm.error = kQuotesError;
   mm.max_abs_err = 3.2e-2;
   mm.max_rel_err = 4.1e-3;
+  mm.error_ratio = 35.5;
   mm.baseline_outcome = Outcome::kPass;
   mm.change_detail = "pass -> mismatch";
   mm.models = {kScriptModelId, "Qwen/Qwen3-0.6B"};
@@ -225,7 +227,17 @@ inline reports::Report SmallReport() {
   auto& evil = add_model(kScriptModelId, "resnet", Outcome::kCrash);
   evil.items[0].error = kScriptEndError;
   evil.items[0].blocked_by = "module:Conv2d";
-  add_model("Qwen/Qwen3-0.6B", "qwen3", Outcome::kMismatch).items[0].error = kInvalidUtf8Error;
+  auto& qwen = add_model("Qwen/Qwen3-0.6B", "qwen3", Outcome::kMismatch);
+  qwen.items[0].error = kInvalidUtf8Error;
+  reports::FirstDivergent divergent;
+  divergent.call = 17;
+  divergent.op = "aten::mm";
+  divergent.case_key = "k-mm";
+  divergent.module = "model.layers.0.mlp.down_proj";
+  divergent.phase = "forward";
+  divergent.outcome = "mismatch";
+  divergent.error_ratio = 35.5;
+  qwen.items[0].first_divergent = divergent;
   add_model("bert-base-uncased", "bert", Outcome::kPass);
   internal::Aggregate(report);
   return report;
@@ -411,6 +423,17 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
         item.error = model_index % 2 ? "max rel error 0.2 over tolerance" : kScriptEndError;
         item.change = model_index % 6 == 1 ? Change::kNewFailure : Change::kStillFailing;
         item.baseline_outcome = item.change == Change::kNewFailure ? Outcome::kPass : item.outcome;
+        if (model_index % 2) {  // a mismatch: the replay located the call it first went wrong at
+          reports::FirstDivergent divergent;
+          divergent.call = 40 + model_index;
+          divergent.op = "aten::bmm";
+          divergent.case_key = report.cases.front().key;
+          divergent.module = "model.layers.0.self_attn";
+          divergent.phase = "forward";
+          divergent.outcome = "mismatch";
+          divergent.error_ratio = 12.0 + model_index;
+          item.first_divergent = divergent;
+        }
       }
       if (fails && std::string(stage) != "module") {
         item.outcome = Outcome::kSkipped;
