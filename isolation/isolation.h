@@ -182,14 +182,14 @@ class WorkerService {
 
  private:
   std::string HandleSetup(const nlohmann::json& setup);
-  std::string HandleUnit(const std::string& op_case_json);
+  std::string HandleUnit(const std::string& op_case_json, bool again);
   std::string HandleModel(const nlohmann::json& model);
 
   BackendMaker make_backend_;
   ProgramLoader load_program_;
   std::shared_ptr<Backend> backend_;
   std::unique_ptr<WorkerSetup> setup_;
-  std::unique_ptr<CaseExecutor> replay_;
+  std::unique_ptr<replay::ReplayExecutor> replay_;
 };
 
 }  // namespace coverage::isolation

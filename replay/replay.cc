@@ -141,6 +141,14 @@ CaseResult ReplayExecutor::Run(const OpCase& op_case) {
   }
 }
 
+CaseResult ReplayExecutor::RunAgain(const OpCase& op_case) {
+  const int warm = options_.warm_iterations;
+  options_.warm_iterations = 0;
+  CaseResult res = Run(op_case);
+  options_.warm_iterations = warm;
+  return res;
+}
+
 CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   const auto t_start = Clock::now();
   CaseResult res;

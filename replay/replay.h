@@ -64,6 +64,10 @@ class ReplayExecutor final : public CaseExecutor {
   ReplayExecutor(std::shared_ptr<Backend> backend, ReplayOptions options);
   ~ReplayExecutor() override;
   CaseResult Run(const OpCase& op_case) override;
+  // The case again to see whether a wrong answer reproduces (Note [Reruns]
+  // in isolation/isolation.cc): judged as Run judges it, with one backend
+  // call and no warm calls, since its latency is the first run's.
+  CaseResult RunAgain(const OpCase& op_case);
 
  private:
   CaseResult RunCase(const OpCase& op_case);
