@@ -890,8 +890,9 @@ pre.error { white-space: pre-wrap; word-break: break-word; margin: 0; max-height
 nav a { margin-right: 12px; }
 ol.pipeline { list-style: none; padding: 0; margin: 8px 0; display: flex; flex-wrap: wrap; gap: 6px; }
 ol.pipeline li { background: var(--soft); border: 1px solid var(--line); border-radius: 4px; padding: 4px 10px; }
-ol.pipeline li + li::before { content: "\\2192  "; color: var(--muted); }
+ol.pipeline li + li::before { content: "\2192  "; color: var(--muted); }
 .lede { font-size: 15px; font-weight: 600; }
+#broken-models pre.error { min-width: 28em; }
 table { border-collapse: collapse; margin: 6px 0; width: 100%; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 8px; text-align: left; vertical-align: top; }
 thead th { background: var(--soft); }

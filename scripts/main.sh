@@ -18,7 +18,12 @@
 # time per step is printed at the end; the last line is `report: <path>`.
 # Environment: COVERAGE_BACKEND (sim), MAIN_BUDGET (crawl requests, 600),
 # MAIN_K (representatives; default one per family), MAIN_PROFILES
-# (configs/main_profiles.json), MAIN_NIGHTLY (configs/nightly_main.json).
+# (configs/main_profiles.json), MAIN_NIGHTLY (configs/nightly_main.json),
+# MAIN_SYNTHETIC (serve a synthetic hub of that many models instead of
+# data/hub). The full-size mission (bench/README.md, "The main job"):
+#   MAIN_SYNTHETIC=1000000 MAIN_BUDGET=100000 MAIN_K=841 \
+#   MAIN_PROFILES=configs/capture_profiles.json MAIN_NIGHTLY=configs/nightly.json \
+#   COVERAGE_OUT=out/full bash scripts/main.sh
 # Extra arguments go to `coverage nightly`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +72,9 @@ trap 'print_times; exit 130' INT TERM
 
 begin crawl
 hub_log=$OUT/hub-replay.log
-"$BIN/hub-replay" --port 0 --data data/hub >"$hub_log" 2>&1 &
+hub_source=(--data data/hub)
+[ -n "${MAIN_SYNTHETIC:-}" ] && hub_source=(--synthetic "$MAIN_SYNTHETIC")
+"$BIN/hub-replay" --port 0 "${hub_source[@]}" >"$hub_log" 2>&1 &
 hub_pid=$!
 endpoint=""
 for _ in $(seq 1 100); do
