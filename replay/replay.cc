@@ -122,6 +122,15 @@ bool HasSchema(const OpCase& op_case) {
   return c10::Dispatcher::singleton().findSchema({op_case.op, op_case.overload}).has_value();
 }
 
+// What the last case's CPU side produced, kept for RunAgain of the same
+// case: the inputs are seeded, so the reference and the golden would come
+// out the same, and a rerun needs only the backend again.
+struct ReplayExecutor::LastReference {
+  std::string key;
+  std::vector<c10::IValue> reference, golden;
+  bool golden_ok = false, golden_tried = false;
+};
+
 ReplayExecutor::ReplayExecutor(std::shared_ptr<Backend> backend, ReplayOptions options)
     : backend_(std::move(backend)),
       options_(std::move(options)),
@@ -144,7 +153,9 @@ CaseResult ReplayExecutor::Run(const OpCase& op_case) {
 CaseResult ReplayExecutor::RunAgain(const OpCase& op_case) {
   const int warm = options_.warm_iterations;
   options_.warm_iterations = 0;
+  again_ = true;
   CaseResult res = Run(op_case);
+  again_ = false;
   options_.warm_iterations = warm;
   return res;
 }
@@ -164,6 +175,11 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   }
   const c10::OperatorHandle op = *handle;
   c10::InferenceMode inference_mode;
+  // The CPU side of this very case, when this is its rerun; any other case
+  // lets go of the last one's buffers before it allocates its own.
+  std::unique_ptr<LastReference> kept;
+  if (again_ && last_ && last_->key == op_case.Key()) kept = std::move(last_);
+  last_.reset();
 
   auto t0 = Clock::now();
   Result<MaterializedCase> materialized = Status::Internal("not materialised");
@@ -197,6 +213,11 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   // fp64 golden: only meaningful for ops that compute on floating inputs.
   std::vector<c10::IValue> golden;
   bool golden_ok = false, golden_tried = false;
+  if (kept) {
+    golden = kept->golden;
+    golden_ok = kept->golden_ok;
+    golden_tried = kept->golden_tried;
+  }
   auto run_golden = [&]() {
     if (golden_tried) return;
     golden_tried = true;
@@ -212,7 +233,11 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
 
   std::vector<c10::IValue> reference;
   try {
-    reference = run_cpu(/*to_double=*/false, &res.timing.reference_us);
+    if (kept) {
+      reference = kept->reference;
+    } else {
+      reference = run_cpu(/*to_double=*/false, &res.timing.reference_us);
+    }
   } catch (const std::exception& e) {
     // Note [Reference upcast]: an integer call the CPU has no kernel for.
     bool upcast = false;
@@ -389,6 +414,15 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   }
   res.timing.compare_us = Micros(tcmp, Clock::now());
   res.detail_json = nlohmann::json{{"outputs", details}, {"golden", golden_ok}}.dump();
+  if (IsUnexpectedFailure(res.outcome) && res.outcome != Outcome::kUnsupported) {
+    // Only a failing case is rerun (Note [Reruns]).
+    last_ = std::make_unique<LastReference>();
+    last_->key = op_case.Key();
+    last_->reference = std::move(reference);
+    last_->golden = std::move(golden);
+    last_->golden_ok = golden_ok;
+    last_->golden_tried = golden_tried;
+  }
   return finish();
 }
 

@@ -66,11 +66,17 @@ class ReplayExecutor final : public CaseExecutor {
   CaseResult Run(const OpCase& op_case) override;
   // The case again to see whether a wrong answer reproduces (Note [Reruns]
   // in isolation/isolation.cc): judged as Run judges it, with one backend
-  // call and no warm calls, since its latency is the first run's.
+  // call and no warm calls, since its latency is the first run's. Right
+  // after Run of the same failing case, the CPU reference and fp64 golden
+  // that run made are reused (its inputs are seeded: they would come out
+  // the same) and only the backend runs again.
   CaseResult RunAgain(const OpCase& op_case);
 
  private:
+  struct LastReference;
   CaseResult RunCase(const OpCase& op_case);
+  std::unique_ptr<LastReference> last_;  // the last failing case's reference and golden
+  bool again_ = false;
   std::shared_ptr<Backend> backend_;
   ReplayOptions options_;
   std::unique_ptr<InputCache> cache_;

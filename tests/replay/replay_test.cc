@@ -61,6 +61,37 @@ TEST(Replay, GoldenRunsOnlyWhenTheReferenceToleranceIsMissedByDefault) {
   EXPECT_FALSE(RunOn(fake, testing::MmCase(16, 16, 16), never).error_ratio.has_value());
 }
 
+TEST(Replay, ARerunOfAFailingCaseRunsOnlyTheBackendAgainAndReproducesIt) {
+  auto fake = std::make_shared<FakeBackend>();
+  fake->add_offset["aten::mm"] = 1e-3;
+  ReplayOptions options;
+  options.warm_iterations = 3;
+  ReplayExecutor executor(fake, options);
+  const OpCase mm = testing::MmCase(32, 32, 32);
+  CaseResult first = executor.Run(mm);
+  ASSERT_EQ(first.outcome, Outcome::kMismatch);
+  EXPECT_GT(first.timing.reference_us, 0);
+  EXPECT_GT(first.timing.golden_us, 0);
+  CaseResult again = executor.RunAgain(mm);
+  EXPECT_EQ(again.outcome, first.outcome);
+  EXPECT_EQ(again.error, first.error);
+  EXPECT_EQ(again.max_abs_err, first.max_abs_err);
+  EXPECT_EQ(again.error_ratio, first.error_ratio);
+  EXPECT_EQ(again.timing.reference_us, 0);  // the first run's reference and golden, kept
+  EXPECT_EQ(again.timing.golden_us, 0);
+  EXPECT_FALSE(again.warm_us.has_value());  // one backend call
+  // Another case in between: the rerun computes its CPU side afresh.
+  EXPECT_EQ(executor.Run(testing::MmCase(16, 16, 16)).outcome, Outcome::kMismatch);
+  CaseResult later = executor.RunAgain(mm);
+  EXPECT_EQ(later.outcome, first.outcome);
+  EXPECT_EQ(later.max_abs_err, first.max_abs_err);
+  EXPECT_GT(later.timing.reference_us, 0);
+  // A passing case keeps nothing.
+  fake->add_offset.clear();
+  EXPECT_EQ(executor.Run(mm).outcome, Outcome::kPass);
+  EXPECT_GT(executor.RunAgain(mm).timing.reference_us, 0);
+}
+
 TEST(Replay, WrongValuesGiveMismatchWithMetricsForTheAffectedOpOnly) {
   auto fake = std::make_shared<FakeBackend>();
   fake->add_offset["aten::mul.Tensor"] = 0.5;
