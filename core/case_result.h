@@ -18,6 +18,8 @@ namespace coverage {
 // Where the time of one case went, in microseconds. "Compute" is time inside
 // dispatcher calls (golden, reference and backend); everything else is
 // harness overhead.
+// Where a case's time went; a case rerun in worker processes (Note [Reruns])
+// has its attempts' times summed.
 struct CaseTiming {
   double materialize_us = 0;  // making inputs (CPU) and copying them to the device
   double golden_us = 0;       // the fp64 golden run, when there is one

@@ -258,6 +258,20 @@ TEST(IsolatedCaseExecutor, AWrongAnswerReproducedExactlyIsConsistentAfterOneReru
   EXPECT_EQ(e.stats().workers_started, 1) << "no fresh worker for a reproduced wrong answer";
 }
 
+// A rerun's op compute is the case's too.
+TEST(IsolatedCaseExecutor, ARerunsTimeIsAddedToTheCase) {
+  IsolatedCaseExecutor e(ScriptedWorker(
+      "echo '{\"result\":\"{\\\"outcome\\\":\\\"mismatch\\\",\\\"error\\\":\\\"off\\\","
+      "\\\"timing\\\":{\\\"backend_us\\\":10,\\\"total_us\\\":30}}\"}' >&3",
+      3));
+  ASSERT_TRUE(e.Start().ok());
+  CaseResult r = e.Run(testing::MulCase({2, 3}));
+  EXPECT_EQ(r.outcome, Outcome::kMismatch);
+  EXPECT_EQ(r.attempts, 2);
+  EXPECT_DOUBLE_EQ(r.timing.backend_us, 20);
+  EXPECT_DOUBLE_EQ(r.timing.total_us, 60);
+}
+
 // A wrong answer that changes between calls escalates from the same-worker
 // rerun to fresh workers and uses every rerun.
 TEST(IsolatedCaseExecutor, AWrongAnswerThatChangesBetweenAttemptsUsesEveryRerun) {
