@@ -61,13 +61,31 @@ const std::vector<float>& Pool() {
   return pool;
 }
 
+// The same for standard normal values (Box-Muller over a second SplitMix64
+// stream): program replay's parameters initialised with a normal rule.
+const std::vector<float>& NormalPool() {
+  static const std::vector<float> pool = [] {
+    std::vector<float> p(kPoolSize);
+    uint64_t state = 0x6a09e667f3bcc909ULL;
+    constexpr double kTwoPi = 6.283185307179586;
+    for (size_t i = 0; i < kPoolSize; i += 2) {
+      const double u1 = (static_cast<double>(SplitMix64(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0);  // (0, 1]
+      const double u2 = static_cast<double>(SplitMix64(state) >> 11) * (1.0 / 9007199254740992.0);
+      const double r = std::sqrt(-2.0 * std::log(u1));
+      p[i] = static_cast<float>(r * std::cos(kTwoPi * u2));
+      p[i + 1] = static_cast<float>(r * std::sin(kTwoPi * u2));
+    }
+    return p;
+  }();
+  return pool;
+}
+
 // Fills `n` elements at `out` with pool[offset + i] * scale + shift,
 // computed in C (float or double) and stored as T. Split into fixed chunks
 // across ATen's intra-op threads: making inputs is a memory-bound pass, and
 // on big weights it was most of the harness overhead (bench/README.md).
 template <typename T, typename C = float>
-void FillAffine(T* out, int64_t n, uint64_t offset, double scale, double shift) {
-  const float* pool = Pool().data();
+void FillAffine(T* out, int64_t n, uint64_t offset, double scale, double shift, const float* pool = Pool().data()) {
   const C s = static_cast<C>(scale), b = static_cast<C>(shift);
   constexpr int64_t kChunk = 1 << 16;
   at::parallel_for(0, n, kChunk, [&](int64_t begin, int64_t end) {
@@ -388,6 +406,36 @@ static std::string SpecKey(const TensorSpec& t) {
   k += "|" + std::to_string(t.storage_offset) + "|" + std::string(ValueDomainKindName(t.domain.kind));
   if (t.domain.kind == ValueDomain::Kind::kInteger) k += std::to_string(t.domain.lo) + ":" + std::to_string(t.domain.hi);
   return k;
+}
+
+at::Tensor MakeInitialised(const TensorSpec& spec, InitRule rule, double a, double b, uint64_t stream) {
+  const int64_t n = spec.StorageNumel();
+  const c10::ScalarType st = ToScalarType(spec.dtype);
+  const float* pool = rule == InitRule::kNormal ? NormalPool().data() : Pool().data();
+  // normal: mean a, std b; uniform: [a, b).
+  const double scale = rule == InitRule::kNormal ? b : b - a;
+  const double shift = a;
+  const uint64_t offset = SplitMix64(stream);
+  at::Tensor t;
+  switch (st) {
+    case at::kDouble:  // computed in float, as the float tensor it stands for
+      t = at::empty({n}, at::kDouble);
+      FillAffine<double, float>(t.data_ptr<double>(), n, offset, scale, shift, pool);
+      break;
+    case at::kBFloat16:
+      t = at::empty({n}, at::kBFloat16);
+      FillAffine(t.data_ptr<c10::BFloat16>(), n, offset, scale, shift, pool);
+      break;
+    case at::kHalf:
+      t = at::empty({n}, at::kHalf);
+      FillAffine(t.data_ptr<c10::Half>(), n, offset, scale, shift, pool);
+      break;
+    default:
+      t = at::empty({n}, at::kFloat);
+      FillAffine(t.data_ptr<float>(), n, offset, scale, shift, pool);
+      if (st != at::kFloat) t = t.to(st);
+  }
+  return t.as_strided(spec.shape, spec.strides, spec.storage_offset);
 }
 
 at::Tensor MakeTensor(const TensorSpec& spec, std::string_view name, uint64_t seed) {

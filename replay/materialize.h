@@ -116,6 +116,16 @@ c10::IValue NonTensorIValue(const Argument& a, c10::Device device);
 // `seed`: program replay's leaves (inputs, constants).
 at::Tensor MakeTensor(const TensorSpec& spec, std::string_view name, uint64_t seed);
 
+// One floating tensor with `spec`'s dtype, shape, strides and offset drawn
+// from a normal (mean a, standard deviation b) or uniform ([a, b))
+// distribution as a model's initialiser would, deterministic in `stream`:
+// program replay's parameters. Values come from a fixed pool of 4M
+// standard normal (or uniform) numbers, computed in float and stored in the
+// spec's dtype, one parallel pass over the storage: a generator call per
+// element made parameter initialisation most of a large model's replay.
+enum class InitRule { kNormal, kUniform };
+at::Tensor MakeInitialised(const TensorSpec& spec, InitRule rule, double a, double b, uint64_t stream);
+
 // Materialises the inputs of `op_case` for `schema`, reusing bases from
 // `cache` when given. Fails (InvalidArgument) when the case does not fit the
 // schema or a spec cannot be built.

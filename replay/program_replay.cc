@@ -10,7 +10,6 @@
 #include <unordered_map>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
@@ -31,9 +30,9 @@
 // tensor per side (reference on CPU, backend on its device) and runs the
 // calls in order:
 //  * Leaves are made when first read, deterministically from the seed:
-//    parameters and buffers by their recorded init rule (normal, uniform,
-//    ones, zeros; "other" rules and inputs by the value domain, Note [Value
-//    domains]), constants that were Python numbers as wrapped numbers with
+//    parameters and buffers by their recorded init rule (normal, uniform:
+//    MakeInitialised's fixed pools, one parallel pass; ones, zeros; "other"
+//    rules and inputs by the value domain, Note [Value domains]), constants that were Python numbers as wrapped numbers with
 //    that value. The backend's leaves are copies of the reference's.
 //  * A call's tensor arguments come from the table by id; everything else
 //    from its op case (dtypes, sizes, scalars; device arguments name the
@@ -296,16 +295,16 @@ class Replayer {
         if (init.is_object()) rule = init.value("rule", "");
       }
       const bool floating = IsFloatingDType(spec.dtype);
-      if (floating && (rule == "normal" || rule == "uniform") && spec.storage_offset == 0) {
-        at::Generator gen = at::detail::createCPUGenerator(Hash(v.name.empty() ? std::to_string(v.id) : v.name, seed));
-        at::Tensor f = at::empty_strided(spec.shape, spec.strides, at::TensorOptions().dtype(at::kFloat));
-        if (rule == "normal") {
-          f.normal_(init.value("mean", 0.0), std::max(0.0, init.value("std", 0.02)), gen);
-        } else {
-          f.uniform_(init.value("lo", -0.1), init.value("hi", 0.1), gen);
-        }
-        t = f.to(st);
-        if (!t.strides().equals(spec.strides)) t = at::empty_strided(spec.shape, spec.strides, f.options().dtype(st)).copy_(f);
+      if (floating && (rule == "normal" || rule == "uniform")) {
+        const uint64_t stream = Hash(v.name.empty() ? std::to_string(v.id) : v.name, seed);
+        // The golden's float32 leaves are made as float64 at once: the same
+        // values (computed in float), one pass instead of two.
+        TensorSpec made = spec;
+        if (to_double && spec.dtype == DType::kFloat32) made.dtype = DType::kFloat64;
+        t = rule == "normal" ? MakeInitialised(made, InitRule::kNormal, init.value("mean", 0.0),
+                                               std::max(0.0, init.value("std", 0.02)), stream)
+                             : MakeInitialised(made, InitRule::kUniform, init.value("lo", -0.1), init.value("hi", 0.1),
+                                               stream);
       } else if (rule == "ones" || rule == "zeros") {
         t = at::empty_strided(spec.shape, spec.strides, at::TensorOptions().dtype(st));
         t.fill_(rule == "ones" ? 1 : 0);

@@ -6,6 +6,7 @@
 #include "backends/backend.h"
 #include "backends/backends.h"
 #include "replay/compare.h"
+#include "replay/materialize.h"
 #include "replay/reference_upcast.h"
 #include "replay/replay.h"
 #include "tests/support/case_builder.h"
@@ -43,6 +44,38 @@ TEST(Replay, CpuBackendPassesWithZeroError) {
   EXPECT_GT(*r.first_call_us, 0);
   EXPECT_TRUE(r.warm_us.has_value());
   EXPECT_GT(r.timing.ComputeUs(), 0);
+}
+
+// Program replay's parameters: the initialiser's distribution, in the
+// spec's dtype, shape and strides, the same for the same stream only.
+TEST(Replay, InitialisedParametersFollowTheirRuleAndStream) {
+  TensorSpec spec;
+  spec.dtype = DType::kFloat32;
+  spec.shape = {1000, 3000};
+  spec.strides = {1, 1000};  // a transposed weight
+  const at::Tensor w = MakeInitialised(spec, InitRule::kNormal, 0.5, 0.02, 7);
+  EXPECT_EQ(w.scalar_type(), at::kFloat);
+  EXPECT_EQ(w.sizes(), at::IntArrayRef({1000, 3000}));
+  EXPECT_EQ(w.strides(), at::IntArrayRef({1, 1000}));
+  EXPECT_NEAR(w.mean().item<double>(), 0.5, 1e-3);
+  EXPECT_NEAR(w.std().item<double>(), 0.02, 1e-3);
+  // About 95% within two standard deviations, as for a normal distribution.
+  const double within = (w - 0.5).abs().lt(0.04).to(at::kDouble).mean().item<double>();
+  EXPECT_NEAR(within, 0.954, 0.01);
+  EXPECT_TRUE(at::equal(w, MakeInitialised(spec, InitRule::kNormal, 0.5, 0.02, 7)));
+  EXPECT_FALSE(at::equal(w, MakeInitialised(spec, InitRule::kNormal, 0.5, 0.02, 8)));
+
+  const at::Tensor u = MakeInitialised(spec, InitRule::kUniform, -0.1, 0.3, 7);
+  EXPECT_GE(u.min().item<double>(), -0.1);
+  EXPECT_LT(u.max().item<double>(), 0.3);
+  EXPECT_NEAR(u.mean().item<double>(), 0.1, 1e-3);
+
+  // A float64 tensor holds the float32 one's values exactly (the golden's
+  // leaves); a bfloat16 one holds them rounded.
+  spec.dtype = DType::kFloat64;
+  EXPECT_TRUE(at::equal(MakeInitialised(spec, InitRule::kNormal, 0.5, 0.02, 7), w.to(at::kDouble)));
+  spec.dtype = DType::kBFloat16;
+  EXPECT_TRUE(at::equal(MakeInitialised(spec, InitRule::kNormal, 0.5, 0.02, 7), w.to(at::kBFloat16)));
 }
 
 TEST(Replay, GoldenRunsOnlyWhenTheReferenceToleranceIsMissedByDefault) {
