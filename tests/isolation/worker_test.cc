@@ -1,6 +1,7 @@
 // WorkerProcess and the isolated executors against scripted workers
 // (/bin/sh speaking the worker protocol on fd 3): replies, crashes, hangs,
 // exits, what the worker printed, reruns in fresh workers.
+#include <cstdlib>
 #include <signal.h>
 #include <unistd.h>
 
@@ -114,6 +115,29 @@ TEST(Worker, TheAttemptIsInItsEnvironment) {
   auto w = WorkerProcess::Spawn(Shell("read -r l <&3; echo \"$COVERAGE_ATTEMPT:$COVERAGE_WORKER\" >&3", 3));
   ASSERT_TRUE(w.has_value());
   EXPECT_EQ((*w)->Call("go", 10).line, "3:1");
+}
+
+// Note [Worker huge pages]: the worker's heap asks for huge pages, unless
+// the user's GLIBC_TUNABLES says otherwise.
+TEST(Worker, ItsHeapAsksForHugePagesAndKeepsTheUsersTunables) {
+  const char* saved = std::getenv("GLIBC_TUNABLES");
+  const std::string restore = saved ? saved : "";
+  auto tunables_seen = [] {
+    auto w = WorkerProcess::Spawn(Shell("read -r l <&3; echo \"$GLIBC_TUNABLES\" >&3"));
+    EXPECT_TRUE(w.has_value());
+    return w ? (*w)->Call("go", 10).line : std::string();
+  };
+  unsetenv("GLIBC_TUNABLES");
+  EXPECT_EQ(tunables_seen(), "glibc.malloc.hugetlb=1");
+  setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2", 1);
+  EXPECT_EQ(tunables_seen(), "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1");
+  setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0", 1);
+  EXPECT_EQ(tunables_seen(), "glibc.malloc.hugetlb=0");
+  if (saved) {
+    setenv("GLIBC_TUNABLES", restore.c_str(), 1);
+  } else {
+    unsetenv("GLIBC_TUNABLES");
+  }
 }
 
 TEST(Worker, DestroyingItEndsAndReapsTheProcess) {
