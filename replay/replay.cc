@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <string_view>
 
 #include <ATen/ATen.h>
@@ -124,11 +125,17 @@ bool HasSchema(const OpCase& op_case) {
 
 // What the last case's CPU side produced, kept for RunAgain of the same
 // case: the inputs are seeded, so the reference and the golden would come
-// out the same, and a rerun needs only the backend again.
+// out the same, and a rerun needs only the backend again. Its inputs are
+// kept too, with their copies on the device: a rerun makes none of them
+// again (a multi-GB weight's fill and copy cost more than a matmul on it).
+// Arguments the op writes are cloned afresh for every call as before; a
+// backend that wrote into a read-only device copy in the first run sees
+// its own damage in the rerun, which then differs: flaky, not hidden.
 struct ReplayExecutor::LastReference {
   std::string key;
   std::vector<c10::IValue> reference, golden;
   bool golden_ok = false, golden_tried = false;
+  std::optional<MaterializedCase> inputs;
 };
 
 ReplayExecutor::ReplayExecutor(std::shared_ptr<Backend> backend, ReplayOptions options)
@@ -183,10 +190,15 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
 
   auto t0 = Clock::now();
   Result<MaterializedCase> materialized = Status::Internal("not materialised");
-  try {
-    materialized = Materialize(op_case, op.schema(), options_.seed, cache_.get());
-  } catch (const std::exception& e) {
-    materialized = Status::InvalidArgument(FirstLine(e.what()));
+  if (kept && kept->inputs) {
+    materialized = std::move(*kept->inputs);
+  } else {
+    ++inputs_made_;
+    try {
+      materialized = Materialize(op_case, op.schema(), options_.seed, cache_.get());
+    } catch (const std::exception& e) {
+      materialized = Status::InvalidArgument(FirstLine(e.what()));
+    }
   }
   if (!materialized) {
     res.outcome = Outcome::kSkipped;
@@ -422,6 +434,7 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
     last_->golden = std::move(golden);
     last_->golden_ok = golden_ok;
     last_->golden_tried = golden_tried;
+    last_->inputs = std::move(m);
   }
   return finish();
 }

@@ -69,14 +69,18 @@ class ReplayExecutor final : public CaseExecutor {
   // call and no warm calls, since its latency is the first run's. Right
   // after Run of the same failing case, the CPU reference and fp64 golden
   // that run made are reused (its inputs are seeded: they would come out
-  // the same) and only the backend runs again.
+  // the same), and its inputs with their device copies, and only the
+  // backend runs again.
   CaseResult RunAgain(const OpCase& op_case);
+  // How many cases had their inputs made (a rerun that reuses them does not).
+  int64_t inputs_made() const { return inputs_made_; }
 
  private:
   struct LastReference;
   CaseResult RunCase(const OpCase& op_case);
-  std::unique_ptr<LastReference> last_;  // the last failing case's reference and golden
+  std::unique_ptr<LastReference> last_;  // the last failing case's inputs, reference and golden
   bool again_ = false;
+  int64_t inputs_made_ = 0;
   std::shared_ptr<Backend> backend_;
   ReplayOptions options_;
   std::unique_ptr<InputCache> cache_;

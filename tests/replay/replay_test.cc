@@ -112,6 +112,7 @@ TEST(Replay, ARerunOfAFailingCaseRunsOnlyTheBackendAgainAndReproducesIt) {
   EXPECT_EQ(again.error_ratio, first.error_ratio);
   EXPECT_EQ(again.timing.reference_us, 0);  // the first run's reference and golden, kept
   EXPECT_EQ(again.timing.golden_us, 0);
+  EXPECT_EQ(executor.inputs_made(), 1);     // and its inputs
   EXPECT_FALSE(again.warm_us.has_value());  // one backend call
   // Another case in between: the rerun computes its CPU side afresh.
   EXPECT_EQ(executor.Run(testing::MmCase(16, 16, 16)).outcome, Outcome::kMismatch);
@@ -119,6 +120,7 @@ TEST(Replay, ARerunOfAFailingCaseRunsOnlyTheBackendAgainAndReproducesIt) {
   EXPECT_EQ(later.outcome, first.outcome);
   EXPECT_EQ(later.max_abs_err, first.max_abs_err);
   EXPECT_GT(later.timing.reference_us, 0);
+  EXPECT_EQ(executor.inputs_made(), 3);
   // A passing case keeps nothing.
   fake->add_offset.clear();
   EXPECT_EQ(executor.Run(mm).outcome, Outcome::kPass);
