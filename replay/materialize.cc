@@ -234,6 +234,37 @@ void IndexRules(OpCase& c) {
   }
 }
 
+// Note [Group offsets]: the `offs` of aten::_grouped_mm are the cumulative
+// ends of the groups along the dimension the groups split (the rows of a
+// 2-D self against a 3-D mat2, the shared K of two 2-D operands, the columns
+// of a 2-D mat2 against a 3-D self). Values drawn uniformly would send the
+// kernel out of bounds (garbage that changes from run to run, on the
+// reference too), so they are made sorted, inside [0, total], the last one
+// the total: every row or column belongs to a group. Returns -1 where the
+// case has no such argument.
+int64_t GroupOffsetsTotal(OpCase& c) {
+  if (c.op != "aten::_grouped_mm") return -1;
+  const Argument* self = FindArg(c, "self");
+  const Argument* mat2 = FindArg(c, "mat2");
+  const Argument* offs = FindArg(c, "offs");
+  if (!self || !mat2 || !offs || self->kind != Argument::Kind::kTensor || mat2->kind != Argument::Kind::kTensor ||
+      offs->kind != Argument::Kind::kTensor) {
+    return -1;
+  }
+  const auto& a = self->tensor.shape;
+  const auto& b = mat2->tensor.shape;
+  if (a.size() == 2 && b.size() == 3) return a[0];
+  if (a.size() == 2 && b.size() == 2) return a[1];
+  if (a.size() == 3 && b.size() == 2) return b[1];
+  return -1;
+}
+
+at::Tensor GroupOffsets(const at::Tensor& drawn, int64_t total) {
+  at::Tensor sorted = std::get<0>(drawn.clamp(0, total).sort());
+  if (sorted.numel() > 0) sorted[-1] = total;
+  return sorted.contiguous();
+}
+
 bool IsOptionalTensorList(const c10::Argument& arg) {
   auto list = arg.type()->cast<c10::ListType>();
   return list && list->getElementType()->kind() == c10::TypeKind::OptionalType;
@@ -452,6 +483,7 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
   m.op_case_ = input_case;
   m.cache_ptr_ = cache;
   IndexRules(m.op_case_);
+  const int64_t offsets_total = GroupOffsetsTotal(m.op_case_);
   const auto& schema_args = schema.arguments();
   if (schema_args.size() != m.op_case_.args.size()) {
     return Status::InvalidArgument(input_case.QualifiedName() + ": case has " + std::to_string(input_case.args.size()) +
@@ -473,18 +505,24 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
       for (int64_t s : spec.strides) {
         if (s < 0) return Status::InvalidArgument(input_case.QualifiedName() + ": argument '" + a.name + "' has a negative stride");
       }
-      const std::string key = SpecKey(spec) + "#" + std::to_string(rank[SpecKey(spec)]++) + "@" + std::to_string(seed);
+      const bool group_offsets = offsets_total >= 0 && a.name == "offs";
+      const std::string key = SpecKey(spec) + "#" + std::to_string(rank[SpecKey(spec)]++) + "@" + std::to_string(seed) +
+                              (group_offsets ? "|offsets" + std::to_string(offsets_total) : "");
       uint64_t state = 0xcbf29ce484222325ULL;  // FNV-1a: portable, unlike std::hash
       for (unsigned char ch : key) state = (state ^ ch) * 0x100000001b3ULL;
       const uint64_t offset = SplitMix64(state);
+      auto make = [&] {
+        at::Tensor base = MakeBase(spec, offset);
+        return group_offsets ? GroupOffsets(base, offsets_total) : base;
+      };
       MaterializedCase::TensorInput in;
       if (cache) {
-        InputCache::Entry e = cache->GetOrMake(key, [&] { return MakeBase(spec, offset); });
+        InputCache::Entry e = cache->GetOrMake(key, make);
         in.base = std::move(e.base);
         in.fingerprint = e.fingerprint;
         in.cache_key = key;
       } else {
-        in.base = MakeBase(spec, offset);
+        in.base = make();
       }
       in.spec = spec;
       in.arg_name = a.name;

@@ -220,6 +220,29 @@ TEST(Replay, IndexInputsStayInsideTheIndexedDimension) {
   EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
 }
 
+// Note [Group offsets]: _grouped_mm's offsets are cumulative group ends
+// inside the split dimension, ending at its size, so the kernel stays in
+// bounds and its result is the same on every run.
+TEST(Replay, GroupedMatmulOffsetsAreSortedGroupEndsCoveringTheRows) {
+  TensorSpec offs = testing::Spec(DType::kInt32, {8}, ValueDomain{ValueDomain::Kind::kInteger, 0, 1 << 20});
+  OpCase c = MakeCase("aten::_grouped_mm", "",
+                      {TensorArg("self", DType::kFloat32, {96, 32}), TensorArg("mat2", DType::kFloat32, {8, 32, 16}),
+                       TensorArg("offs", offs), testing::NoneArg("bias"), testing::NoneArg("out_dtype")});
+  auto schema = c10::Dispatcher::singleton().findSchema({"aten::_grouped_mm", ""});
+  ASSERT_TRUE(schema.has_value());
+  auto m = Materialize(c, schema->schema(), /*seed=*/1);
+  ASSERT_TRUE(m.has_value()) << m.error().message();
+  auto inputs = m->Build(c10::Device(c10::kCPU), /*to_double=*/false, /*verify=*/false);
+  ASSERT_TRUE(inputs.has_value());
+  const at::Tensor o = (*inputs)[2].toTensor();
+  EXPECT_EQ(o.scalar_type(), at::kInt);
+  EXPECT_TRUE(at::equal(o, std::get<0>(o.sort())));
+  EXPECT_GE(o.min().item<int64_t>(), 0);
+  EXPECT_EQ(o[-1].item<int64_t>(), 96);
+  CaseResult r = RunOn(Cpu(), c);
+  EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
+}
+
 TEST(Replay, UnknownOpIsSkippedWithAReason) {
   CaseResult r = RunOn(Cpu(), MakeCase("aten::no_such_op", "", {}));
   EXPECT_EQ(r.outcome, Outcome::kSkipped);
