@@ -22,8 +22,9 @@
 # MAIN_SYNTHETIC (serve a synthetic hub of that many models instead of
 # data/hub). The full-size mission (bench/README.md, "The main job"):
 #   MAIN_SYNTHETIC=1000000 MAIN_BUDGET=100000 MAIN_K=841 \
-#   MAIN_PROFILES=configs/capture_profiles.json MAIN_NIGHTLY=configs/nightly.json \
 #   COVERAGE_OUT=out/full bash scripts/main.sh
+# (MAIN_PROFILES=configs/capture_profiles.json MAIN_NIGHTLY=configs/nightly.json
+# add the long profiles).
 # Extra arguments go to `coverage nightly`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
