@@ -121,6 +121,40 @@ at::Tensor CausalMask(const TensorSpec& spec) {
   return mask.expand(shape).contiguous();
 }
 
+// `n` elements pool[offset + i] * scale + shift in a flat tensor of `st`
+// when it is double, bfloat16 or half, else float (the caller converts).
+// A double tensor is computed in double, or in float where it stands for a
+// float tensor (`double_from_float`: the golden's leaves).
+at::Tensor FillFlat(c10::ScalarType st, int64_t n, uint64_t offset, double scale, double shift, const float* pool,
+                    bool double_from_float) {
+  switch (st) {
+    case at::kDouble: {
+      at::Tensor t = at::empty({n}, at::kDouble);
+      if (double_from_float) {
+        FillAffine<double, float>(t.data_ptr<double>(), n, offset, scale, shift, pool);
+      } else {
+        FillAffine<double, double>(t.data_ptr<double>(), n, offset, scale, shift, pool);
+      }
+      return t;
+    }
+    case at::kBFloat16: {
+      at::Tensor t = at::empty({n}, at::kBFloat16);
+      FillAffine(t.data_ptr<c10::BFloat16>(), n, offset, scale, shift, pool);
+      return t;
+    }
+    case at::kHalf: {
+      at::Tensor t = at::empty({n}, at::kHalf);
+      FillAffine(t.data_ptr<c10::Half>(), n, offset, scale, shift, pool);
+      return t;
+    }
+    default: {
+      at::Tensor t = at::empty({n}, at::kFloat);
+      FillAffine(t.data_ptr<float>(), n, offset, scale, shift, pool);
+      return t;
+    }
+  }
+}
+
 // Makes the storage base (contiguous, StorageNumel elements) for one tensor.
 at::Tensor MakeBase(const TensorSpec& spec, uint64_t offset) {
   const int64_t n = spec.StorageNumel();
@@ -143,27 +177,11 @@ at::Tensor MakeBase(const TensorSpec& spec, uint64_t offset) {
     return u.floor_().clamp_(static_cast<double>(lo), static_cast<double>(hi - 1)).to(st);
   }
   auto [scale, shift] = AffineFor(d.kind);
-  if (st == at::kDouble) {
-    at::Tensor t = at::empty({n}, at::kDouble);
-    FillAffine<double, double>(t.data_ptr<double>(), n, offset, scale, shift);
-    return t;
-  }
-  if (st == at::kBFloat16) {
-    at::Tensor t = at::empty({n}, at::kBFloat16);
-    FillAffine(t.data_ptr<c10::BFloat16>(), n, offset, scale, shift);
-    return t;
-  }
-  if (st == at::kHalf) {
-    at::Tensor t = at::empty({n}, at::kHalf);
-    FillAffine(t.data_ptr<c10::Half>(), n, offset, scale, shift);
-    return t;
-  }
-  at::Tensor t = at::empty({n}, at::kFloat);
-  FillAffine(t.data_ptr<float>(), n, offset, scale, shift);
+  at::Tensor t = FillFlat(st, n, offset, scale, shift, Pool().data(), /*double_from_float=*/false);
   if (spec.dtype == DType::kComplex64 || spec.dtype == DType::kComplex128) {
     return at::complex(t, t.flip({0})).to(st);
   }
-  return st == at::kFloat ? t : t.to(st);
+  return t.scalar_type() == st ? t : t.to(st);
 }
 
 int64_t NormaliseDim(int64_t dim, size_t rank) {
@@ -262,7 +280,7 @@ int64_t GroupOffsetsTotal(OpCase& c) {
 at::Tensor GroupOffsets(const at::Tensor& drawn, int64_t total) {
   at::Tensor sorted = std::get<0>(drawn.clamp(0, total).sort());
   if (sorted.numel() > 0) sorted[-1] = total;
-  return sorted.contiguous();
+  return sorted;
 }
 
 bool IsOptionalTensorList(const c10::Argument& arg) {
@@ -446,26 +464,8 @@ at::Tensor MakeInitialised(const TensorSpec& spec, InitRule rule, double a, doub
   // normal: mean a, std b; uniform: [a, b).
   const double scale = rule == InitRule::kNormal ? b : b - a;
   const double shift = a;
-  const uint64_t offset = SplitMix64(stream);
-  at::Tensor t;
-  switch (st) {
-    case at::kDouble:  // computed in float, as the float tensor it stands for
-      t = at::empty({n}, at::kDouble);
-      FillAffine<double, float>(t.data_ptr<double>(), n, offset, scale, shift, pool);
-      break;
-    case at::kBFloat16:
-      t = at::empty({n}, at::kBFloat16);
-      FillAffine(t.data_ptr<c10::BFloat16>(), n, offset, scale, shift, pool);
-      break;
-    case at::kHalf:
-      t = at::empty({n}, at::kHalf);
-      FillAffine(t.data_ptr<c10::Half>(), n, offset, scale, shift, pool);
-      break;
-    default:
-      t = at::empty({n}, at::kFloat);
-      FillAffine(t.data_ptr<float>(), n, offset, scale, shift, pool);
-      if (st != at::kFloat) t = t.to(st);
-  }
+  at::Tensor t = FillFlat(st, n, SplitMix64(stream), scale, shift, pool, /*double_from_float=*/true);
+  if (t.scalar_type() != st) t = t.to(st);
   return t.as_strided(spec.shape, spec.strides, spec.storage_offset);
 }
 

@@ -32,8 +32,8 @@
 //  * Leaves are made when first read, deterministically from the seed:
 //    parameters and buffers by their recorded init rule (normal, uniform:
 //    MakeInitialised's fixed pools, one parallel pass; ones, zeros; "other"
-//    rules and inputs by the value domain, Note [Value domains]), constants that were Python numbers as wrapped numbers with
-//    that value. The backend's leaves are copies of the reference's.
+//    rules and inputs by the value domain, Note [Value domains]), constants
+//    that were Python numbers as wrapped numbers with that value. The backend's leaves are copies of the reference's.
 //  * A call's tensor arguments come from the table by id; everything else
 //    from its op case (dtypes, sizes, scalars; device arguments name the
 //    side's device). In-place and out= calls return their argument's id, so
