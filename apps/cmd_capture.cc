@@ -201,7 +201,7 @@ void AddCaptureCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_flag("--selection", flags->selection, "Capture the representatives of a selection (coverage select)");
   cmd->add_option("--selection-id", flags->selection_id, "With --selection: which selection (0 = the newest)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   cmd->add_option("--model", flags->only_models, "Capture only this model id (repeatable)");
   cmd->add_option("--profile", flags->only_profiles, "Capture only this profile (repeatable)");
   cmd->add_option("--profiles", flags->profiles_path,

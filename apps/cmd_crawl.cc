@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "apps/app.h"
+#include "apps/flags.h"
 #include "core/progress.h"
 #include "crawler/agent.h"
 #include "crawler/curl_http_client.h"
@@ -202,7 +203,7 @@ void AddCrawlCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--query", flags->query, "Any other list parameter as KEY=VALUE (repeatable)");
   cmd->add_option("--max-models", flags->max_models,
                   "Stop after the page that reaches this many models (0 = all; pages are stored whole)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   cmd->add_option("--configs", flags->configs, "Fetch config.json of listed models")
       ->capture_default_str()
       ->check(CLI::IsMember({"all", "none"}));
@@ -211,12 +212,13 @@ void AddCrawlCommand(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::Range(1, 64));
   cmd->add_option("--rate", flags->rate, "Requests per second, all together (0 = no limit)")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            const double r = std::stod(v);
-            return r == 0 || r >= 0.001 ? std::string() : std::string("--rate must be 0 or at least 0.001");
-          },
-          "0 or >= 0.001"));
+      ->check(FiniteRange(0.0, 1e6) & CLI::Validator(
+                                         [](std::string& v) {
+                                           const double r = std::strtod(v.c_str(), nullptr);
+                                           return r == 0 || r >= 0.001 ? std::string()
+                                                                       : std::string("--rate must be 0 or at least 0.001");
+                                         },
+                                         "0 or >= 0.001"));
   cmd->add_option("--page-limit", flags->page_limit, "Models per list page")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
@@ -232,7 +234,7 @@ void AddCrawlCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--min-gain", flags->min_gain,
                   "Agent: stop when no action is expected to reveal this many new fine signatures per request")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1000.0));
+      ->check(FiniteRange(0.0, 1000.0));
   cmd->add_option("--trace", flags->trace, "Agent: JSONL trace of its decisions [default: REGISTRY minus .db + .agent.jsonl]");
   cmd->add_option("--defaults", flags->defaults,
                   "Agent: family defaults for reading configs [default: HOME/data/transformers_defaults.jsonl]");

@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/app.h"
+#include "apps/flags.h"
+#include "core/text_safety.h"
 #include "registry/registry.h"
 #include "reports/report.h"
 
@@ -68,6 +70,7 @@ Result<NightlyConfig> ParseConfig(const std::string& text, const std::string& pa
   COV_RETURN_IF_ERROR(str("backend", c.backend));
   COV_RETURN_IF_ERROR(list("stages", c.stages));
   COV_RETURN_IF_ERROR(str("run_prefix", c.run_prefix));
+  COV_RETURN_IF_ERROR(CheckRunId(c.run_prefix, path + ": 'run_prefix'"));
   COV_RETURN_IF_ERROR(list("unit_args", c.unit_args));
   COV_RETURN_IF_ERROR(list("model_args", c.model_args));
   COV_RETURN_IF_ERROR(str("report_dir", c.report_dir));
@@ -170,7 +173,7 @@ Result<int64_t> ConfirmPerfRegressions(const GlobalOptions& global, const std::v
   const int rc = RunSelf(args);
   if (rc != kExitOk && rc != kExitFailures) {
     return Status::Aborted(fmt::format("re-measuring the suspected performance regressions (run {}) ended with exit "
-                                       "code {}; resume with --run-id {}", check_id, rc, run_id));
+                                       "code {}; resume with --run-id {}", check_id, rc, ShellQuote(run_id)));
   }
   COV_ASSIGN_OR_RETURN(auto rows, reg.CaseResultsForRun(check_id));
   std::map<std::string, std::pair<double, double>> again;
@@ -233,7 +236,7 @@ int Nightly(const GlobalOptions& global, const std::string& config_path, std::st
     const int rc = RunSelf(args);
     if (rc != kExitOk && rc != kExitFailures) {
       std::fprintf(stderr, "coverage nightly: the unit stage ended with exit code %d; resume with --run-id %s\n", rc,
-                   run_id.c_str());
+                   ShellQuote(run_id).c_str());
       return rc == kExitInterrupted ? kExitInterrupted : kExitUsage;
     }
     runs.push_back(run_id + "-unit");
@@ -256,7 +259,7 @@ int Nightly(const GlobalOptions& global, const std::string& config_path, std::st
       const int rc = RunSelf(args);
       if (rc != kExitOk && rc != kExitFailures) {
         std::fprintf(stderr, "coverage nightly: the %s stages ended with exit code %d; resume with --run-id %s\n",
-                     model_stages.c_str(), rc, run_id.c_str());
+                     model_stages.c_str(), rc, ShellQuote(run_id).c_str());
         return rc == kExitInterrupted ? kExitInterrupted : kExitUsage;
       }
       runs.push_back(run_id + "-models");
@@ -325,7 +328,8 @@ void AddNightlyCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--config", *config, "Nightly config [default: <home>/configs/nightly.json]");
   cmd->add_option("--run-id", *run_id,
                   "Id of this nightly (its runs are <id>-unit and <id>-models); an existing id resumes it "
-                  "[default: <run_prefix>-<UTC time>]");
+                  "[default: <run_prefix>-<UTC time>]")
+      ->check(RunIdCheck());
   cmd->add_option("--backend", *backend, "Backend under test [default: the config's]");
   cmd->callback([&global, config, run_id, backend]() {
     global.exit_code = Nightly(global, *config, *run_id, *backend);

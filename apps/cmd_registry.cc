@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/app.h"
+#include "apps/flags.h"
 #include "apps/table.h"
 #include "registry/registry.h"
 
@@ -39,8 +40,8 @@ void AddFilterFlags(CLI::App* cmd, FilterFlags& f) {
                   "Dimension predicate, ARG[IDX] OP N or ARG.rank OP N; ARG is a tensor argument's name or * "
                   "(items of tensor lists are not matched); e.g. "
                   "'self[-1]>=4096', '*.rank==4' (repeatable: all must hold)");
-  cmd->add_option("--min-flops", f.min_flops, "Estimated FLOPs at least");
-  cmd->add_option("--max-flops", f.max_flops, "Estimated FLOPs at most");
+  cmd->add_option("--min-flops", f.min_flops, "Estimated FLOPs at least")->check(FiniteRange(0, 1e30));
+  cmd->add_option("--max-flops", f.max_flops, "Estimated FLOPs at most")->check(FiniteRange(0, 1e30));
   cmd->add_option("--profile", f.profile, "Captured under this input profile (prefill, decode, ...)");
 }
 
@@ -319,14 +320,17 @@ void AddRegistryCommand(CLI::App& app, GlobalOptions& global) {
   CLI::App* stats = reg->add_subcommand("stats", "Counts of cases per op, dtype and source model");
   AddFilterFlags(stats, *stats_flags);
   stats->add_option("--format", stats_flags->format, "table, json or csv (the per-op table)")->capture_default_str();
-  stats->add_option("--top", stats_flags->top, "Ops shown in the table (0 = all)")->capture_default_str();
+  stats->add_option("--top", stats_flags->top, "Ops shown in the table (0 = all)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000000));
   stats->add_option("-o,--out", stats_flags->out, "Write to this file instead of stdout");
   stats->callback([&global, stats_flags]() { global.exit_code = RunStats(global, *stats_flags); });
 
   auto query_flags = std::make_shared<FilterFlags>();
   CLI::App* query = reg->add_subcommand("query", "List op cases matching the filters");
   AddFilterFlags(query, *query_flags);
-  query->add_option("--limit", query_flags->limit, "At most this many cases (0 = all)");
+  query->add_option("--limit", query_flags->limit, "At most this many cases (0 = all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   query->add_option("--format", query_flags->format, "table, json or csv")->capture_default_str();
   query->add_option("-o,--out", query_flags->out, "Write to this file instead of stdout");
   query->callback([&global, query_flags]() { global.exit_code = RunQuery(global, *query_flags); });
@@ -335,7 +339,8 @@ void AddRegistryCommand(CLI::App& app, GlobalOptions& global) {
   export_flags->format = "jsonl";
   CLI::App* exp = reg->add_subcommand("export", "Export op cases with their full JSON and provenance");
   AddFilterFlags(exp, *export_flags);
-  exp->add_option("--limit", export_flags->limit, "At most this many cases (0 = all)");
+  exp->add_option("--limit", export_flags->limit, "At most this many cases (0 = all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   exp->add_option("--format", export_flags->format, "jsonl, json or csv")->capture_default_str();
   exp->add_option("-o,--out", export_flags->out, "Write to this file instead of stdout");
   exp->callback([&global, export_flags]() { global.exit_code = RunExport(global, *export_flags); });

@@ -11,8 +11,10 @@
 #include <fmt/format.h>
 
 #include "apps/app.h"
+#include "apps/flags.h"
 #include "registry/registry.h"
 #include "reports/report.h"
+#include "core/text_safety.h"
 #include "reports/repro.h"
 
 namespace coverage::apps {
@@ -43,17 +45,6 @@ Status WriteText(const std::string& path, const std::string& text) {
   std::filesystem::rename(tmp, path, ec);
   if (ec) return Status::IoError("cannot write '" + path + "': " + ec.message());
   return Status::Ok();
-}
-
-// A word for a POSIX shell: quoted when it holds anything but safe characters.
-std::string ShellWord(const std::string& word) {
-  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=+,@") ==
-                           std::string::npos) {
-    return word;
-  }
-  std::string out = "'";
-  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 // "latest": the newest run in the registry.
@@ -123,8 +114,8 @@ int Repro(const GlobalOptions& global, const std::string& key, const std::string
   std::printf("\n# The case as stored (canonical JSON):\n%s\n", c.ToCanonicalJson().c_str());
   std::printf("\n# Replay it on a backend with the unit stage's inputs and judging:\n"
               "coverage --registry %s run --stage=unit --backend %s --case %s --run repro-%s-%d\n",
-              ShellWord(global.registry_path).c_str(), ShellWord(backend).c_str(), key.c_str(), key.c_str(),
-              static_cast<int>(getpid()));
+              ShellQuote(global.registry_path).c_str(), ShellQuote(backend).c_str(), ShellQuote(key).c_str(),
+              ShellQuote(key).c_str(), static_cast<int>(getpid()));
   std::string device = "cpu";
   std::string preamble;
   if (backend == "cuda") device = "cuda";
@@ -143,6 +134,9 @@ int Repro(const GlobalOptions& global, const std::string& key, const std::string
 
 Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Registry& reg, const ReportRequest& r) {
   if (r.runs.empty()) return Status::InvalidArgument("--run: name at least one run (or 'latest')");
+  // The first run names the report folder (Note [Run ids]).
+  for (const auto& id : r.runs) COV_RETURN_IF_ERROR(CheckRunId(id, "--run"));
+  for (const auto& id : r.baselines) COV_RETURN_IF_ERROR(CheckRunId(id, "--baseline"));
   reports::ReportOptions options;
   options.run_ids = r.runs;
   options.baseline_run_ids = r.baselines;
@@ -253,10 +247,12 @@ void AddReportCommand(CLI::App& app, GlobalOptions& global) {
       "every case. Exit code 0, or 1 with --fail-on-regression when something regressed.");
   cmd->add_option("--run", flags->runs,
                   "Run to report (repeatable, e.g. a nightly's unit and model-stage runs); 'latest' for the newest")
-      ->required();
+      ->required()
+      ->check(RunIdCheck());
   cmd->add_option("--baseline", flags->baselines,
                   "Baseline run (repeatable, matched by stage) [default: the last finished run of the same stage, "
-                  "backend and judging options]");
+                  "backend and judging options]")
+      ->check(RunIdCheck());
   cmd->add_flag("--no-baseline", flags->no_baseline, "Compare with nothing");
   cmd->add_option("--out", flags->out, "Folder for report.html, junit.xml, report.json [default: reports/<run> next "
                                        "to the registry]");
@@ -265,11 +261,11 @@ void AddReportCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--format", flags->formats, "Outputs: html, junit, json (repeatable)")->capture_default_str();
   cmd->add_option("--drift-factor", flags->drift_factor, "Accuracy drift: error grew by this factor")
       ->capture_default_str()
-      ->check(CLI::Range(1.0, 1e12));
+      ->check(FiniteRange(1.0, 1e12));
   cmd->add_option("--perf-spreads", flags->perf_spreads,
                   "Performance regression: warm latency slower by more than this many measured spreads")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(FiniteRange(0.0, 1e6));
   cmd->add_option("--title", flags->title, "Report title");
   cmd->add_flag("--fail-on-regression", flags->fail_on_regression, "Exit 1 when something regressed");
   cmd->callback([&global, flags]() { global.exit_code = Report(global, *flags); });

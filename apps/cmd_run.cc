@@ -15,6 +15,7 @@
 #include "apps/flags.h"
 #include "apps/table.h"
 #include "core/sha256.h"
+#include "core/text_safety.h"
 #include "registry/registry.h"
 #include "backends/backends.h"
 #include "isolation/isolation.h"
@@ -124,6 +125,17 @@ Result<std::vector<std::string>> ParseStages(const std::string& text) {
   }
   if (out.empty()) return Status::InvalidArgument("--stage is empty");
   return out;
+}
+
+// Where the results went, with a query to paste: the run id is an SQL
+// literal inside one shell word (Note [Run ids] keeps it plain anyway).
+void PrintWhereResultsAre(const GlobalOptions& global, const std::string& run_id, const std::string& view) {
+  std::printf("\nresults: %s, run %s\n", global.registry_path.c_str(), run_id.c_str());
+  const std::string sql = "SELECT * FROM " + view + " WHERE run_id = " + SqlQuote(run_id);
+  // Double quotes read better and are safe without these characters.
+  const bool plain = sql.find_first_of("\"$`\\!") == std::string::npos;
+  const std::string word = plain ? "\"" + sql + "\"" : ShellQuote(sql);
+  std::printf("  sqlite3 %s %s\n", ShellQuote(global.registry_path).c_str(), word.c_str());
 }
 
 void PrintIsolationStats(const isolation::IsolationStats& st, const std::string& tail) {
@@ -312,11 +324,9 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
       }
     }
   }
-  std::printf("\nresults: %s, run %s\n", global.registry_path.c_str(), summary->run_id.c_str());
-  std::printf("  sqlite3 %s \"SELECT * FROM v_failures_per_op WHERE run_id = '%s'\"\n", global.registry_path.c_str(),
-              summary->run_id.c_str());
+  PrintWhereResultsAre(global, summary->run_id, "v_failures_per_op");
   if (summary->interrupted) {
-    std::printf("interrupted: resume with --run %s\n", summary->run_id.c_str());
+    std::printf("interrupted: resume with --run %s\n", ShellQuote(summary->run_id).c_str());
     return kExitInterrupted;
   }
   return summary->Failed() ? kExitFailures : kExitOk;
@@ -494,11 +504,9 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
       std::printf("  %s\n", f.size() > 400 ? (f.substr(0, 397) + "...").c_str() : f.c_str());
     }
   }
-  std::printf("\nresults: %s, run %s\n", global.registry_path.c_str(), summary->run_id.c_str());
-  std::printf("  sqlite3 %s \"SELECT * FROM v_model_failures WHERE run_id = '%s'\"\n", global.registry_path.c_str(),
-              summary->run_id.c_str());
+  PrintWhereResultsAre(global, summary->run_id, "v_model_failures");
   if (summary->interrupted) {
-    std::printf("interrupted: resume with --run %s\n", summary->run_id.c_str());
+    std::printf("interrupted: resume with --run %s\n", ShellQuote(summary->run_id).c_str());
     return kExitInterrupted;
   }
   return summary->Failed() ? kExitFailures : kExitOk;
@@ -529,12 +537,16 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
                   "unit: only cases captured under this input profile; module/model/train: run under this profile "
                   "[default: the first that applies, see configs/capture_profiles.json]");
   cmd->add_option("--max-case-flops", flags->max_case_flops,
-                  "Record costlier cases as skipped instead of running them");
+                  "Record costlier cases as skipped instead of running them")
+      ->check(FiniteRange(0, 1e30));
   cmd->add_option("--max-case-gb", flags->max_case_gb,
                   "unit: record a case as skipped when replaying it would hold more memory than this (its inputs and "
                   "outputs on the reference and the backend, and the fp64 golden) [default: half the machine's memory]")
       ->check(FiniteRange(0.001, 1e6));
-  cmd->add_option("--run", flags->run_id, "Run id; an existing id resumes that run, skipping finished cases");
+  cmd->add_option("--run", flags->run_id,
+                  "Run id (letters, digits, '.', '_', '-'; it names the report folder); an existing id resumes that "
+                  "run, skipping finished cases")
+      ->check(RunIdCheck());
   cmd->add_option("--warm", flags->warm, "Warm backend calls after the first (latency = their median)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
@@ -545,7 +557,9 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_option("--seed", flags->seed, "Mixed into every case's input seed")->capture_default_str();
   cmd->add_option("--tolerances", flags->tolerances, "Tolerance config [default: <home>/configs/tolerances.json]");
-  cmd->add_option("--show-failures", flags->show_failures, "Failing cases to print")->capture_default_str();
+  cmd->add_option("--show-failures", flags->show_failures, "Failing cases to print")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   // Model-level stages.
   cmd->add_option("--selection-id", flags->selection_id,
                   "module/model/train: representatives of this selection [default: the latest]");
@@ -554,10 +568,12 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--max-gb", flags->max_gb,
                   "module/model/train: skip a model's stage whose program needs more memory than this to replay "
                   "(its largest live set, on the backend and the reference)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(FiniteRange(0.001, 1e6));
   cmd->add_option("--max-model-flops", flags->max_model_flops,
                   "module/model/train: skip a model's stage estimated above this many FLOPs (0: no cap)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(FiniteRange(0, 1e30));
   cmd->add_flag("--gate", flags->gate,
                 "module/model/train: skip a model's later stages once an earlier one failed, recording what blocked them");
   cmd->add_option("--train-steps", flags->train_steps,
@@ -566,14 +582,14 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
       CLI::Range(1, 1000));
   cmd->add_option("--min-cosine", flags->min_cosine, "module/model: minimum cosine similarity of the outputs")
       ->capture_default_str()
-      ->check(CLI::Range(-1.0, 1.0));
+      ->check(FiniteRange(-1.0, 1.0));
   cmd->add_option("--top-k", flags->top_k, "model: the backend's top-1 token must be in the reference's top-k")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1000}));
   cmd->add_option("--min-topk-agreement", flags->min_topk_agreement,
                   "model: share of positions where it must be")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(FiniteRange(0.0, 1.0));
   // Isolation and sharding.
   cmd->add_option("--isolation", flags->isolation,
                   "process: each case runs in a worker process (a crash or hang costs that case, which is rerun "
@@ -584,7 +600,8 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
                   "Timeouts and reruns [default: <home>/configs/isolation.json]");
   cmd->add_option("--timeout", flags->timeout,
                   "Seconds one case (or one model stage) may take before it is killed as a timeout; overrides "
-                  "the config");
+                  "the config")
+      ->check(FiniteRange(0.1, 7 * 86400.0));
   cmd->add_option("--reruns", flags->reruns, "Reruns of a failing case (a wrong answer first in the same worker, then in fresh workers); overrides the config")
       ->check(CLI::Range(0, 100));
   cmd->add_option("--shard", flags->shard,

@@ -127,7 +127,7 @@ void AddSelectCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_flag("--no-members", flags->no_members, "Do not store which representative every model maps to");
   cmd->add_option("--show", flags->show, "Representatives to print (0 = none)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 50));
   cmd->callback([&global, flags]() { global.exit_code = RunSelectCommand(global, *flags); });
 }
 

@@ -1,12 +1,17 @@
 #include "apps/flags.h"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
 #include <fmt/format.h>
+
+#include "core/text_safety.h"
 
 namespace coverage::apps {
 
@@ -20,6 +25,39 @@ CLI::Validator FiniteRange(double lo, double hi) {
         return std::string();
       },
       fmt::format("NUMBER in [{}, {}]", lo, hi));
+}
+
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
+}
+
+CLI::Validator ThreadCount() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(s.c_str(), &end, 10);
+        const int cores = AvailableCores();
+        if (end == s.c_str() || *end != '\0' || errno == ERANGE) return "'" + s + "' is not a whole number";
+        if (v < 0 || v > cores) {
+          return fmt::format("{} is outside [0, {}]: 0 means one thread per core, and this process may run on {} "
+                             "cores",
+                             s, cores, cores);
+        }
+        return std::string();
+      },
+      "INT in [0, cores]");
+}
+
+CLI::Validator RunIdCheck() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        Status ok = CheckRunId(s, "");
+        return ok.ok() ? std::string() : ok.message();
+      },
+      "RUN_ID");
 }
 
 double PhysicalMemoryGb() {

@@ -9,6 +9,14 @@ namespace coverage::apps {
 // and inf through).
 CLI::Validator FiniteRange(double lo, double hi);
 
+// An intra-op thread count: 0 (one per core) up to the cores this process
+// may run on; more threads than cores only oversubscribe the machine.
+CLI::Validator ThreadCount();
+int AvailableCores();
+
+// A run id (Note [Run ids] in core/text_safety.h).
+CLI::Validator RunIdCheck();
+
 // This machine's physical memory in GB (10^9 bytes); 8 when unknown.
 double PhysicalMemoryGb();
 

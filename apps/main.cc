@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apps/app.h"
+#include "apps/flags.h"
 #include "backends/host.h"
 
 int main(int argc, char** argv) {
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", global.quiet, "No progress output");
   app.add_option("--threads", global.threads, "ATen intra-op threads (0 = one per available core)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(ThreadCount());
   AddCrawlCommand(app, global);
   AddSelectCommand(app, global);
   AddCaptureCommand(app, global);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/outcome.h"
+#include "core/text_safety.h"
 #include "registry/registry.h"
 #include "reports/report.h"
 
@@ -97,16 +98,6 @@ std::string NowUtc() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-std::string ShellQuote(const std::string& s) {
-  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
-    return std::isalnum(c) || std::string_view("@%_+=:,./-").find(static_cast<char>(c)) != std::string_view::npos;
-  });
-  if (plain) return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 // ---- runs and baselines ----------------------------------------------------

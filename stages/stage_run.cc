@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/text_safety.h"
 #include "registry/registry.h"
 
 namespace coverage::stages {
@@ -45,6 +46,7 @@ Result<StageRun> StageRun::Open(registry::Registry& registry, const std::string&
                                 const std::string& judging, const StageRunOptions& options) {
   StageRun run(registry, options);
   run.id_ = options.run_id.empty() ? NewRunId(options.backend, id_stage) : options.run_id;
+  COV_RETURN_IF_ERROR(CheckRunId(run.id_, "--run"));
   registry::RunRecord record;
   record.run_id = run.id_;
   record.stage = stage;

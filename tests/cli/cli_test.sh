@@ -132,5 +132,40 @@ check "resume skips what was done" has "$done_before already done (resumed)"
 check "resumed run has every case once" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id='interrupted'")" -eq "$n"
 check "resumed run is finished" test -n "$(sqlite3 "$DB" "SELECT finished_at FROM runs WHERE run_id='interrupted'")"
 
+# Hostile input (Note [Run ids]): ids that were paths, SQL or options once.
+results_before=$(sqlite3 "$DB" "SELECT COUNT(*) FROM results")
+for bad in '../../escaped' "q'; DELETE FROM results; --" $'two\nlines' '--run' "$(printf 'x%.0s' $(seq 5000))"; do
+  check "run id '${bad:0:20}' is refused" run 2 "$BIN" -q --registry "$DB" run --stage=unit --op relu --run "$bad"
+  check "run id refusal names the flag and the rule" has "--run: "
+done
+check "report of a path-like run id is refused" run 2 "$BIN" -q --registry "$DB" report --run '../../escaped'
+check "nothing was written outside the registry's folder" test ! -e "$TMP/../escaped"
+check "refused run ids stored nothing" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results")" -eq "$results_before"
+# The query the run prints can be pasted as is, even for an awkward path.
+odd="$TMP/my reg's \$HOME.db"
+cp "$DB" "$odd"
+check "run on an awkward registry path" run 0 "$BIN" -q --registry "$odd" run --stage=unit --op relu --run pasted --warm 0
+line=$(grep '^  sqlite3 ' <<<"$OUT")
+check "the printed query quotes the path" test -n "$line"
+files_before=$(ls -A "$TMP" | grep -v -- '-wal$\|-shm$' | sort)
+pasted=$(bash -c "$line" 2>&1)
+check "the pasted query runs" test $? -eq 0
+check "the pasted query is one clean command" test -z "$pasted"
+check "the pasted query opened the registry, no other file" \
+  test "$(ls -A "$TMP" | grep -v -- '-wal$\|-shm$' | sort)" = "$files_before"
+check "the pasted query deleted nothing" test "$(sqlite3 "$odd" "SELECT COUNT(*) FROM results WHERE run_id='pasted'")" -gt 0
+# Every number a user types: finite and in range, with a short message.
+for args in "run --timeout nan" "run --timeout inf" "run --max-case-flops nan" "run --min-cosine nan" \
+            "report --run first --drift-factor nan" "crawl --rate inf" "registry query --min-flops nan"; do
+  # shellcheck disable=SC2086
+  check "'$args' is refused" run 2 "$BIN" -q --registry "$DB" $args
+  check "'$args' names a finite number" has "is not a finite number"
+done
+for t in -1 100000; do
+  check "--threads $t is refused" run 2 "$BIN" --threads "$t" --registry "$DB" registry stats
+  check "--threads $t says the machine's bound" has "is outside [0, $(nproc)]"
+  check "--threads $t message is short" test "${#OUT}" -lt 300
+done
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -1,5 +1,6 @@
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -10,6 +11,7 @@
 #include "core/outcome.h"
 #include "core/result.h"
 #include "core/sha256.h"
+#include "core/text_safety.h"
 #include "tests/support/case_builder.h"
 
 namespace coverage {
@@ -230,6 +232,31 @@ TEST(EstimateReplayBytes, CountsBothSidesAndTheGoldenAtItsWidth) {
   EXPECT_DOUBLE_EQ(EstimateReplayBytes(testing::MmCase(8, 8, 8), 768.0), 5 * 768.0);                       // f32: golden 2x
   EXPECT_DOUBLE_EQ(EstimateReplayBytes(testing::MmCase(8, 8, 8, DType::kBFloat16), 384.0), 7 * 384.0);   // bf16: 4x
   EXPECT_DOUBLE_EQ(EstimateReplayBytes(testing::AddCase({8}, DType::kInt64), 192.0), 3 * 192.0);          // no golden
+}
+
+TEST(RunId, LettersDigitsDotsDashesAndUnderscoresOnly) {
+  EXPECT_TRUE(CheckRunId("main-20261205T064542Z-unit").ok());
+  EXPECT_TRUE(CheckRunId("r1.2_b").ok());
+  EXPECT_TRUE(CheckRunId(std::string(kMaxRunIdLength, 'a')).ok());
+  // Each of these was accepted once: a path, a newline, an option, a quote.
+  for (const std::string& bad : std::vector<std::string>{"../../escaped", "a/b", "line\nbreak", "--run", ".hidden", "..", "q'; DELETE FROM results; --",
+                                std::string(), std::string(kMaxRunIdLength + 1, 'a'), std::string("nul\0x", 5)}) {
+    Status s = CheckRunId(bad, "--run");
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("--run"), std::string::npos) << s.message();
+  }
+  EXPECT_NE(CheckRunId("line\nbreak").message().find("a newline"), std::string::npos);
+  EXPECT_NE(CheckRunId(std::string(5000, 'x')).message().find("5000"), std::string::npos);
+}
+
+TEST(Quoting, ShellWordsAndSqlLiteralsSurvivePasting) {
+  EXPECT_EQ(ShellQuote("out/main.db"), "out/main.db");
+  EXPECT_EQ(ShellQuote("my registry.db"), "'my registry.db'");
+  EXPECT_EQ(ShellQuote(""), "''");
+  EXPECT_EQ(ShellQuote("a'b"), "'a'\\''b'");
+  EXPECT_EQ(ShellQuote("$(rm -rf ~)"), "'$(rm -rf ~)'");
+  EXPECT_EQ(SqlQuote("pm"), "'pm'");
+  EXPECT_EQ(SqlQuote("q'; DELETE FROM results; --"), "'q''; DELETE FROM results; --'");
 }
 
 }  // namespace

@@ -1,0 +1,34 @@
+// Text that leaves the tool as part of something else: a run id that becomes
+// a file name, a value printed into a shell command or an SQL statement for
+// the user to paste. Torch-free, no state.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace coverage {
+
+// Note [Run ids]
+// ~~~~~~~~~~~~~~
+// A run id names a run in the registry and, under reports/, the folder of
+// its report, and it is printed into commands ("resume with --run ID"). So
+// it is one path component and one shell word: 1 to 128 characters of
+// letters, digits, '.', '_' and '-', starting with a letter or a digit (no
+// "..", no option look-alike such as "--run", no slash, no newline).
+inline constexpr size_t kMaxRunIdLength = 128;
+
+// Ok, or InvalidArgument naming `what` (e.g. "--run"; empty: no prefix), the
+// id and what is wrong.
+Status CheckRunId(std::string_view id, std::string_view what = "run id");
+
+// `s` as one POSIX shell word: unchanged when it only has characters no
+// shell treats specially, else in single quotes (a quote inside becomes
+// '\'').
+std::string ShellQuote(std::string_view s);
+
+// `s` as an SQL string literal: in single quotes, each quote doubled.
+std::string SqlQuote(std::string_view s);
+
+}  // namespace coverage
