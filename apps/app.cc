@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,19 @@ std::string DefaultRegistryPath() {
   return "coverage.db";
 }
 
+double DefaultBusyTimeout() {
+  const char* env = std::getenv("COVERAGE_BUSY_TIMEOUT");
+  if (!env || !*env) return 60;
+  char* end = nullptr;
+  const double v = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !std::isfinite(v) || v < 0 || v > 86400) {
+    std::fprintf(stderr, "coverage: $COVERAGE_BUSY_TIMEOUT='%s' is not a number of seconds in [0, 86400]; using 60\n",
+                 env);
+    return 60;
+  }
+  return v;
+}
+
 Result<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return Status::NotFound("cannot read '" + path + "'");
@@ -71,6 +85,7 @@ Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& gl
   }
   registry::RegistryOptions options;
   options.read_only = read_only;
+  options.busy_timeout_ms = static_cast<int>(global.busy_timeout_s * 1000);
   return registry::Registry::Open(global.registry_path, options);
 }
 

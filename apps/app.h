@@ -35,12 +35,15 @@ struct GlobalOptions {
   std::string home;           // --home, $COVERAGE_HOME, or the source tree it was built from
   bool quiet = false;         // no progress lines
   int threads = 0;            // ATen intra-op threads; 0 = one per available core
+  double busy_timeout_s = 60;  // --busy-timeout, $COVERAGE_BUSY_TIMEOUT: waiting for another writer
   int exit_code = 0;          // set by the subcommand that ran
 };
 
 // The project folder holding configs/ and data/.
 std::string DefaultHome();
 std::string DefaultRegistryPath();
+// $COVERAGE_BUSY_TIMEOUT when it is set (checked like the flag), else 60.
+double DefaultBusyTimeout();
 
 Result<std::string> ReadFile(const std::string& path);
 

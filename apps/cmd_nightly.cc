@@ -113,7 +113,7 @@ int RunSelf(const std::vector<std::string>& args) {
   for (auto& s : storage) argv.push_back(s.data());
   argv.push_back(nullptr);
   std::string line;
-  for (size_t i = 1; i < storage.size(); ++i) line += " " + storage[i];
+  for (size_t i = 1; i < storage.size(); ++i) line += " " + ShellQuote(storage[i]);
   std::printf("\n$ coverage%s\n", line.c_str());
   std::fflush(stdout);
   struct sigaction ignore {}, forward {}, old_int {}, old_term {};
@@ -224,7 +224,8 @@ int Nightly(const GlobalOptions& global, const std::string& config_path, std::st
   if (!reg) return ReportError(reg.error());
   if (run_id.empty()) run_id = config->run_prefix + "-" + UtcStamp();
 
-  std::vector<std::string> common = {"--registry", global.registry_path, "--home", global.home};
+  std::vector<std::string> common = {"--registry", global.registry_path, "--home", global.home, "--busy-timeout",
+                                     fmt::format("{:g}", global.busy_timeout_s)};
   if (global.quiet) common.push_back("--quiet");
   if (global.threads) common.insert(common.end(), {"--threads", std::to_string(global.threads)});
   std::vector<std::string> runs;

@@ -33,7 +33,7 @@ class Database;
 
 struct RegistryOptions {
   bool read_only = false;      // open without migrating or writing
-  int busy_timeout_ms = 5000;  // how long a writer waits for another one
+  int busy_timeout_ms = 60000;  // how long a writer waits for another one (Note [Busy registry])
 };
 
 // Estimated cost of running a case once (see core/cost.cc for formulas).

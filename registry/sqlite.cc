@@ -1,6 +1,12 @@
 #include "registry/sqlite.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+
+#include <fmt/format.h>
 
 namespace coverage::registry {
 
@@ -54,7 +60,8 @@ Statement& Statement::BindNull(int index) {
 
 Status Statement::Error(std::string_view what) const {
   std::string sql = sql_.size() > 120 ? sql_.substr(0, 117) + "..." : sql_;
-  return Status::IoError(std::string(what) + " in " + db_->path() + ": " + db_->LastError() + " [" + sql + "]");
+  return db_->Failure(sqlite3_extended_errcode(db_->db_),
+                      std::string(what) + " in " + db_->path() + ": " + db_->LastError() + " [" + sql + "]");
 }
 
 Result<bool> Statement::Step() {
@@ -100,7 +107,57 @@ std::optional<double> Statement::OptionalDouble(int col) const {
   return Double(col);
 }
 
+// Note [Busy registry]
+// ~~~~~~~~~~~~~~~~~~~~
+// One registry may have several writers (a run and a capture, shards on a
+// shared disk, a developer's sqlite3 shell). SQLite's busy handler waits for
+// the other writer, sleeping in growing steps, up to the busy timeout:
+// 60 s by default, `--busy-timeout` (or $COVERAGE_BUSY_TIMEOUT) seconds. A
+// writer still blocked after that gets an error that says so and how to go
+// on; every transaction is atomic, so what was stored before stays.
+Status Database::Failure(int rc, const std::string& what) const {
+  const int primary = rc & 0xff;
+  if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) {
+    return Status::Aborted("registry '" + path_ + "' is locked by another writer (another coverage process, or an "
+                           "open transaction in a sqlite3 shell) and stayed locked for the busy timeout of " +
+                           fmt::format("{:g}", busy_timeout_ms_ / 1000.0) +
+                           " s; nothing stored was lost: run the same command again (the same --run id resumes), "
+                           "or wait longer with --busy-timeout SECONDS [" + what + "]");
+  }
+  return Status::IoError(what);
+}
+
+namespace {
+
+// Explains why `path` cannot be a registry before SQLite says "unable to
+// open database file" or "disk I/O error".
+Status CheckRegistryPath(const std::string& path, bool read_only) {
+  if (path == ":memory:" || path.empty()) return Status::Ok();
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("'" + path + "' is a folder, not a registry file; name a file in it, e.g. '" +
+                                   (path.back() == '/' ? path : path + "/") + "coverage.db'");
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::NotFound("the folder '" + dir + "' of registry '" + path + "' does not exist; create it first");
+  }
+  if (!read_only && access(dir.c_str(), W_OK) != 0) {
+    return Status::InvalidArgument("cannot write in the folder '" + dir + "' of registry '" + path +
+                                   "': SQLite creates its '-wal' and '-shm' files beside the registry, so the folder "
+                                   "must be writable (copy the registry to a writable folder to use it)");
+  }
+  if (!read_only && access(path.c_str(), F_OK) == 0 && access(path.c_str(), W_OK) != 0) {
+    return Status::InvalidArgument("registry '" + path + "' is read-only; make it writable or copy it");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Database>> Database::Open(const std::string& path, bool read_only, int busy_timeout_ms) {
+  COV_RETURN_IF_ERROR(CheckRegistryPath(path, read_only));
   sqlite3* db = nullptr;
   int flags = read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
   int rc = sqlite3_open_v2(path.c_str(), &db, flags | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -109,7 +166,7 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& path, bool r
     if (db) sqlite3_close(db);
     return Status::IoError("cannot open database '" + path + "': " + msg);
   }
-  std::unique_ptr<Database> out(new Database(db, path));
+  std::unique_ptr<Database> out(new Database(db, path, busy_timeout_ms));
   sqlite3_busy_timeout(db, busy_timeout_ms);
   sqlite3_extended_result_codes(db, 1);
   // SQLite opens lazily: read the header now so a foreign file is named as such.
@@ -144,7 +201,7 @@ Status Database::Exec(std::string_view sql) {
     std::string msg = err ? err : sqlite3_errstr(rc);
     sqlite3_free(err);
     std::string shown = owned.size() > 120 ? owned.substr(0, 117) + "..." : owned;
-    return Status::IoError(path_ + ": " + msg + " [" + shown + "]");
+    return Failure(sqlite3_extended_errcode(db_), path_ + ": " + msg + " [" + shown + "]");
   }
   return Status::Ok();
 }

@@ -68,9 +68,12 @@ class Statement {
 class Database {
  public:
   // Opens (creating if needed) the file at `path` with WAL journaling,
-  // foreign keys on and a busy timeout. ":memory:" opens a private database.
+  // foreign keys on and a busy timeout (Note [Busy registry]). ":memory:"
+  // opens a private database. A directory, a missing folder or a folder
+  // SQLite cannot create its -wal and -shm files in is named as such.
   static Result<std::unique_ptr<Database>> Open(const std::string& path, bool read_only = false,
-                                                int busy_timeout_ms = 5000);
+                                                int busy_timeout_ms = kDefaultBusyTimeoutMs);
+  static constexpr int kDefaultBusyTimeoutMs = 60000;
   ~Database();
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
@@ -83,11 +86,17 @@ class Database {
   int Changes() const;
   const std::string& path() const { return path_; }
   std::string LastError() const;
+  // The Status of a failed call with SQLite result code `rc`: a busy or
+  // locked database says who holds it and how to go on; others name `what`.
+  Status Failure(int rc, const std::string& what) const;
 
  private:
-  Database(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  friend class Statement;
+  Database(sqlite3* db, std::string path, int busy_timeout_ms)
+      : db_(db), path_(std::move(path)), busy_timeout_ms_(busy_timeout_ms) {}
   sqlite3* db_;
   std::string path_;
+  int busy_timeout_ms_;
 };
 
 // Runs `body` in a transaction (BEGIN IMMEDIATE), committing if it returns OK

@@ -167,5 +167,20 @@ for t in -1 100000; do
   check "--threads $t message is short" test "${#OUT}" -lt 300
 done
 
+# Registry paths SQLite would answer with "disk I/O error" or "unable to open".
+mkdir -p "$TMP/adir"
+check "a folder as registry is refused" run 2 "$BIN" --registry "$TMP/adir" registry stats
+check "a folder as registry is named" has "is a folder, not a registry file"
+check "a missing folder is refused" run 2 "$BIN" --registry "$TMP/nofolder/r.db" capture --model microsoft/resnet-50
+check "a missing folder is named" has "the folder '$TMP/nofolder' of registry"
+# Another writer holding the registry longer than --busy-timeout.
+python3 -c "import sqlite3, sys, time
+c = sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('BEGIN IMMEDIATE'); time.sleep(6); c.execute('ROLLBACK')" "$DB" &
+sleep 1
+check "a locked registry gives up after --busy-timeout" run 2 "$BIN" -q --busy-timeout 1 --registry "$DB" run --stage=unit --op relu --run locked --warm 0
+check "a locked registry is explained" has "is locked by another writer"
+wait
+check "the lock lost nothing" test "$(cases)" -eq "$n"
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
