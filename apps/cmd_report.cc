@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -35,11 +37,15 @@ struct ReportFlags {
 
 Status WriteText(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) return Status::IoError("cannot write '" + tmp + "'");
-    f << text;
-    if (!f) return Status::IoError("cannot write '" + tmp + "'");
+  // stdio rather than a stream: a full disk shows at fflush/fclose, with errno.
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return Status::IoError("cannot write '" + tmp + "': " + std::strerror(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
+  const int write_errno = errno;
+  if (std::fclose(f) != 0 || !written) {
+    const std::string reason = std::strerror(written ? errno : write_errno);
+    std::remove(tmp.c_str());
+    return Status::IoError("cannot write '" + tmp + "': " + reason + " (the previous '" + path + "' is unchanged)");
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
