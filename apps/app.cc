@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -45,19 +44,6 @@ std::string DefaultHome() {
 std::string DefaultRegistryPath() {
   if (const char* env = std::getenv("COVERAGE_REGISTRY"); env && *env) return env;
   return "coverage.db";
-}
-
-double DefaultBusyTimeout() {
-  const char* env = std::getenv("COVERAGE_BUSY_TIMEOUT");
-  if (!env || !*env) return 60;
-  char* end = nullptr;
-  const double v = std::strtod(env, &end);
-  if (end == env || *end != '\0' || !std::isfinite(v) || v < 0 || v > 86400) {
-    std::fprintf(stderr, "coverage: $COVERAGE_BUSY_TIMEOUT='%s' is not a number of seconds in [0, 86400]; using 60\n",
-                 env);
-    return 60;
-  }
-  return v;
 }
 
 Result<std::string> ReadFile(const std::string& path) {

@@ -42,8 +42,6 @@ struct GlobalOptions {
 // The project folder holding configs/ and data/.
 std::string DefaultHome();
 std::string DefaultRegistryPath();
-// $COVERAGE_BUSY_TIMEOUT when it is set (checked like the flag), else 60.
-double DefaultBusyTimeout();
 
 Result<std::string> ReadFile(const std::string& path);
 

@@ -14,9 +14,9 @@
 
 #include "apps/app.h"
 #include "apps/flags.h"
+#include "core/text_safety.h"
 #include "registry/registry.h"
 #include "reports/report.h"
-#include "core/text_safety.h"
 #include "reports/repro.h"
 
 namespace coverage::apps {

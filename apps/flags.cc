@@ -1,9 +1,7 @@
 #include "apps/flags.h"
 
-#include <sched.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "backends/host.h"
 #include "core/text_safety.h"
 
 namespace coverage::apps {
@@ -27,19 +26,13 @@ CLI::Validator FiniteRange(double lo, double hi) {
       fmt::format("NUMBER in [{}, {}]", lo, hi));
 }
 
-int AvailableCores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
-}
-
 CLI::Validator ThreadCount() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
         char* end = nullptr;
         errno = 0;
         const long long v = std::strtoll(s.c_str(), &end, 10);
-        const int cores = AvailableCores();
+        const int cores = backends::AvailableCores();
         if (end == s.c_str() || *end != '\0' || errno == ERANGE) return "'" + s + "' is not a whole number";
         if (v < 0 || v > cores) {
           return fmt::format("{} is outside [0, {}]: 0 means one thread per core, and this process may run on {} "

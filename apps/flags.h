@@ -12,7 +12,6 @@ CLI::Validator FiniteRange(double lo, double hi);
 // An intra-op thread count: 0 (one per core) up to the cores this process
 // may run on; more threads than cores only oversubscribe the machine.
 CLI::Validator ThreadCount();
-int AvailableCores();
 
 // A run id (Note [Run ids] in core/text_safety.h).
 CLI::Validator RunIdCheck();

@@ -24,9 +24,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--home", global.home, "Folder holding configs/ and data/ ($COVERAGE_HOME)")->capture_default_str();
   app.add_flag("-q,--quiet", global.quiet, "No progress output");
-  global.busy_timeout_s = DefaultBusyTimeout();
   app.add_option("--busy-timeout", global.busy_timeout_s,
                  "Seconds to wait for another writer of the registry before giving up ($COVERAGE_BUSY_TIMEOUT)")
+      ->envname("COVERAGE_BUSY_TIMEOUT")
       ->capture_default_str()
       ->check(FiniteRange(0, 86400));
   app.add_option("--threads", global.threads, "ATen intra-op threads (0 = one per available core)")

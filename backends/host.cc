@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <climits>
 
 #include <ATen/Parallel.h>
@@ -16,14 +17,13 @@ void KeepFreedHostMemory() {
 #endif
 }
 
-void SetIntraOpThreads(int threads) {
-  if (threads <= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    threads = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
-  }
-  at::set_num_threads(threads);
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
 }
+
+void SetIntraOpThreads(int threads) { at::set_num_threads(threads <= 0 ? AvailableCores() : threads); }
 
 int IntraOpThreads() { return at::get_num_threads(); }
 

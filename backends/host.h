@@ -20,6 +20,8 @@ namespace coverage::backends {
 
 void KeepFreedHostMemory();
 void SetIntraOpThreads(int threads);
+// The cores this process may run on (its CPU affinity); at least 1.
+int AvailableCores();
 int IntraOpThreads();
 
 }  // namespace coverage::backends

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
@@ -138,8 +139,8 @@ Status CheckRegistryPath(const std::string& path, bool read_only) {
     return Status::InvalidArgument("'" + path + "' is a folder, not a registry file; name a file in it, e.g. '" +
                                    (path.back() == '/' ? path : path + "/") + "coverage.db'");
   }
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return Status::NotFound("the folder '" + dir + "' of registry '" + path + "' does not exist; create it first");
   }
