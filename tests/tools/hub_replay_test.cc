@@ -457,7 +457,13 @@ TEST(HubReplaySynthetic, TwoMillionModelsServeSortedPagesInSmallMemory) {
 
   const int64_t growth = ResidentBytes() - before;
   std::printf("RSS growth with a 2,000,000-model synthetic hub after serving pages: %.1f MB\n", growth / 1e6);
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan's redzones, shadow and quarantine of freed blocks add to the RSS:
+  // the bound is for the plain build (Note [Sanitizers] in CMakeLists.txt).
+  std::printf("the RSS bound is not checked under AddressSanitizer\n");
+#else
   EXPECT_LT(growth, 100 << 20);
+#endif
 }
 
 TEST(HubReplaySynthetic, IdsAreValidUniqueFoundAndStablePerSeed) {
