@@ -189,6 +189,19 @@ TEST(CaseResult, JsonRoundTripKeepsMetricsAndTiming) {
   EXPECT_TRUE(back->counters.empty());
 }
 
+// Found by fuzz/worker_protocol.cc: members of another type made nlohmann's
+// value() throw out of FromJson, which reads what a worker sends.
+TEST(CaseResult, MemberOfAnotherTypeIsCorruptionNotAnException) {
+  for (const char* text : {R"({"outcome": "pass", "error": 3})", R"({"outcome": 1})",
+                           R"({"outcome": "pass", "timing": {"total_us": "slow"}})",
+                           R"({"outcome": "pass", "attempts": "two"})", R"({"outcome": "pass", "flaky": 1})",
+                           R"({"outcome": "pass", "detail": {}})"}) {
+    auto r = CaseResult::FromJson(text);
+    ASSERT_FALSE(r) << text;
+    EXPECT_EQ(r.error().code(), StatusCode::kCorruption) << text;
+  }
+}
+
 TEST(CaseResult, JsonRoundTripKeepsWarmSpreadAndCounters) {
   CaseResult r;
   r.warm_spread_us = 3.25;
