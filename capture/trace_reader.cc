@@ -90,6 +90,9 @@ Result<TensorSpec> SpecFromJson(const json& holder, const std::string& what) {
   }
   COV_ASSIGN_OR_RETURN(spec.storage_offset, Int(t, "storage_offset", what + ".tensor"));
   if (spec.storage_offset < 0) return Status::Corruption(what + ".tensor.storage_offset: negative");
+  if (!spec.SizesFit()) {
+    return Status::Corruption(what + ".tensor: its element count or storage extent overflows 64 bits");
+  }
   auto dom = holder.find("domain");
   if (dom != holder.end() && !dom->is_null()) {
     COV_ASSIGN_OR_RETURN(spec.domain, DomainFromJson(*dom, what + ".domain"));

@@ -51,46 +51,52 @@ std::string CaseResult::ToJson() const {
 Result<CaseResult> CaseResult::FromJson(std::string_view text) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status::Corruption("case result JSON does not parse");
-  CaseResult r;
-  auto outcome = OutcomeFromName(j.value("outcome", std::string()));
-  if (!outcome) return Status::Corruption("case result JSON: unknown outcome '" + j.value("outcome", std::string()) + "'");
-  r.outcome = *outcome;
-  r.error = j.value("error", std::string());
-  r.max_abs_err = GetOptional(j, "max_abs_err");
-  r.max_rel_err = GetOptional(j, "max_rel_err");
-  r.mismatch_frac = GetOptional(j, "mismatch_frac");
-  r.cosine = GetOptional(j, "cosine");
-  r.error_ratio = GetOptional(j, "error_ratio");
-  r.first_call_us = GetOptional(j, "first_call_us");
-  r.warm_us = GetOptional(j, "warm_us");
-  r.warm_spread_us = GetOptional(j, "warm_spread_us");
-  if (j.contains("counters")) {
-    if (!j["counters"].is_object()) return Status::Corruption("case result JSON: 'counters' is not an object");
-    for (const auto& [name, v] : j["counters"].items()) {
-      if (!v.is_number_integer()) return Status::Corruption("case result JSON: counter '" + name + "' is not an integer");
-      r.counters[name] = v.get<int64_t>();
+  // A member of another type than written makes nlohmann's value() and get()
+  // throw (fuzz/worker_protocol.cc found them): that is a corrupt result too.
+  try {
+    CaseResult r;
+    auto outcome = OutcomeFromName(j.value("outcome", std::string()));
+    if (!outcome) return Status::Corruption("case result JSON: unknown outcome '" + j.value("outcome", std::string()) + "'");
+    r.outcome = *outcome;
+    r.error = j.value("error", std::string());
+    r.max_abs_err = GetOptional(j, "max_abs_err");
+    r.max_rel_err = GetOptional(j, "max_rel_err");
+    r.mismatch_frac = GetOptional(j, "mismatch_frac");
+    r.cosine = GetOptional(j, "cosine");
+    r.error_ratio = GetOptional(j, "error_ratio");
+    r.first_call_us = GetOptional(j, "first_call_us");
+    r.warm_us = GetOptional(j, "warm_us");
+    r.warm_spread_us = GetOptional(j, "warm_spread_us");
+    if (j.contains("counters")) {
+      if (!j["counters"].is_object()) return Status::Corruption("case result JSON: 'counters' is not an object");
+      for (const auto& [name, v] : j["counters"].items()) {
+        if (!v.is_number_integer()) return Status::Corruption("case result JSON: counter '" + name + "' is not an integer");
+        r.counters[name] = v.get<int64_t>();
+      }
     }
-  }
-  if (j.contains("timing") && j["timing"].is_object()) {
-    const json& t = j["timing"];
-    r.timing.materialize_us = t.value("materialize_us", 0.0);
-    r.timing.golden_us = t.value("golden_us", 0.0);
-    r.timing.reference_us = t.value("reference_us", 0.0);
-    r.timing.backend_us = t.value("backend_us", 0.0);
-    r.timing.compare_us = t.value("compare_us", 0.0);
-    r.timing.total_us = t.value("total_us", 0.0);
-  }
-  r.detail_json = j.value("detail", std::string());
-  r.attempts = j.value("attempts", 1);
-  r.flaky = j.value("flaky", false);
-  if (j.contains("attempt_outcomes") && j["attempt_outcomes"].is_array()) {
-    for (const auto& o : j["attempt_outcomes"]) {
-      auto parsed = o.is_string() ? OutcomeFromName(o.get<std::string>()) : std::nullopt;
-      if (!parsed) return Status::Corruption("case result JSON: unknown attempt outcome " + o.dump());
-      r.attempt_outcomes.push_back(*parsed);
+    if (j.contains("timing") && j["timing"].is_object()) {
+      const json& t = j["timing"];
+      r.timing.materialize_us = t.value("materialize_us", 0.0);
+      r.timing.golden_us = t.value("golden_us", 0.0);
+      r.timing.reference_us = t.value("reference_us", 0.0);
+      r.timing.backend_us = t.value("backend_us", 0.0);
+      r.timing.compare_us = t.value("compare_us", 0.0);
+      r.timing.total_us = t.value("total_us", 0.0);
     }
+    r.detail_json = j.value("detail", std::string());
+    r.attempts = j.value("attempts", 1);
+    r.flaky = j.value("flaky", false);
+    if (j.contains("attempt_outcomes") && j["attempt_outcomes"].is_array()) {
+      for (const auto& o : j["attempt_outcomes"]) {
+        auto parsed = o.is_string() ? OutcomeFromName(o.get<std::string>()) : std::nullopt;
+        if (!parsed) return Status::Corruption("case result JSON: unknown attempt outcome " + o.dump());
+        r.attempt_outcomes.push_back(*parsed);
+      }
+    }
+    return r;
+  } catch (const json::exception& e) {
+    return Status::Corruption(std::string("case result JSON: ") + e.what());
   }
-  return r;
 }
 
 }  // namespace coverage

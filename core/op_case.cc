@@ -108,6 +108,7 @@ Result<TensorSpec> TensorFromJson(const json& j, const std::string& what) {
   }
   COV_ASSIGN_OR_RETURN(t.storage_offset, IntField(j, "offset", 0, what));
   if (t.storage_offset < 0) return Status::Corruption(what + ".offset: negative");
+  if (!t.SizesFit()) return Status::Corruption(what + ": its element count or storage extent overflows 64 bits");
   if (j.contains("domain")) {
     const json& d = j["domain"];
     if (!d.is_object()) return Status::Corruption(what + ".domain: expected an object");
@@ -319,6 +320,22 @@ int64_t TensorSpec::StorageNumel() const {
   int64_t last = storage_offset;
   for (size_t i = 0; i < shape.size(); ++i) last += (shape[i] - 1) * std::max<int64_t>(strides[i], 0);
   return last + 1;
+}
+
+bool TensorSpec::SizesFit() const {
+  int64_t n = 1, last = storage_offset;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (__builtin_mul_overflow(n, shape[i], &n)) return false;
+  }
+  for (size_t i = 0; i < shape.size() && i < strides.size(); ++i) {
+    int64_t step = 0;
+    if (shape[i] == 0) continue;
+    if (__builtin_mul_overflow(shape[i] - 1, std::max<int64_t>(strides[i], 0), &step) ||
+        __builtin_add_overflow(last, step, &last)) {
+      return false;
+    }
+  }
+  return last < std::numeric_limits<int64_t>::max();
 }
 
 bool TensorSpec::IsContiguous() const {

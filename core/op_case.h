@@ -72,6 +72,10 @@ struct TensorSpec {
   // Elements the underlying storage must hold for these strides and offset.
   int64_t StorageNumel() const;
   bool IsContiguous() const;
+  // False when Numel() or StorageNumel() would overflow int64: the JSON
+  // parsers refuse such a spec (a corrupt or hostile record) rather than let
+  // every size computation after them be undefined.
+  bool SizesFit() const;
   // "f32[8,1,2048]" with "{s=...}" appended when not contiguous.
   std::string ToShortString() const;
   // The form a tensor argument has in the canonical case JSON (compact).

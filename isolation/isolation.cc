@@ -9,10 +9,9 @@
 
 #include "core/json_double.h"
 #include "backends/backends.h"
+#include "isolation/protocol.h"
 
 namespace coverage::isolation {
-using replay::ComparisonOptions;
-using replay::ModelCheckItemFromJson;
 using replay::ModelCheckItemToJson;
 using replay::ProgramReplayOptions;
 using replay::ReplayExecutor;
@@ -177,63 +176,6 @@ Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::st
   return p;
 }
 
-json WorkerSetup::ToJson() const {
-  const ModelCheckOptions& c = checks;
-  return json{{"backend", backend},
-              {"registry", registry},
-              {"tolerances_json", tolerances_json},
-              {"tolerances_source", tolerances_source},
-              {"warm_iterations", warm_iterations},
-              {"golden", golden == GoldenMode::kAlways ? "always" : golden == GoldenMode::kNever ? "never" : "auto"},
-              {"seed", seed},
-              {"checks",
-               {{"seed", c.seed}, {"min_cosine", c.min_cosine}, {"top_k", c.top_k},
-                {"min_topk_agreement", c.min_topk_agreement}, {"train_steps", c.train_steps},
-                {"loss_rtol", c.loss_rtol}, {"grad_norm_rtol", c.grad_norm_rtol},
-                {"param_update_rtol", c.param_update_rtol}}}};
-}
-
-Result<WorkerSetup> WorkerSetup::FromJson(const json& j) {
-  if (!j.is_object() || !j.contains("backend") || !j["backend"].is_string()) {
-    return Status::InvalidArgument("worker setup: expected an object with 'backend'");
-  }
-  WorkerSetup s;
-  try {
-    s.backend = j["backend"].get<std::string>();
-    s.registry = j.value("registry", std::string());
-    s.tolerances_json = j.value("tolerances_json", std::string("{}"));
-    s.tolerances_source = j.value("tolerances_source", std::string("(setup)"));
-    s.warm_iterations = j.value("warm_iterations", 3);
-    const std::string golden = j.value("golden", std::string("auto"));
-    s.golden = golden == "always" ? GoldenMode::kAlways : golden == "never" ? GoldenMode::kNever : GoldenMode::kWhenNeeded;
-    s.seed = j.value("seed", uint64_t{0});
-    const json c = j.value("checks", json::object());
-    ModelCheckOptions& o = s.checks;
-    o.seed = c.value("seed", o.seed);
-    o.min_cosine = c.value("min_cosine", o.min_cosine);
-    o.top_k = c.value("top_k", o.top_k);
-    o.min_topk_agreement = c.value("min_topk_agreement", o.min_topk_agreement);
-    o.train_steps = c.value("train_steps", o.train_steps);
-    o.loss_rtol = c.value("loss_rtol", o.loss_rtol);
-    o.grad_norm_rtol = c.value("grad_norm_rtol", o.grad_norm_rtol);
-    o.param_update_rtol = c.value("param_update_rtol", o.param_update_rtol);
-    o.golden = s.golden;
-  } catch (const json::exception& e) {
-    return Status::InvalidArgument(std::string("worker setup: ") + e.what());
-  }
-  COV_ASSIGN_OR_RETURN(s.checks.comparison, ComparisonOptions::FromJson(s.tolerances_json, s.tolerances_source));
-  return s;
-}
-
-Result<ReplayOptions> WorkerSetup::Replay() const {
-  ReplayOptions r;
-  COV_ASSIGN_OR_RETURN(r.comparison, ComparisonOptions::FromJson(tolerances_json, tolerances_source));
-  r.warm_iterations = warm_iterations;
-  r.golden = golden;
-  r.seed = seed;
-  return r;
-}
-
 // ---------------------------------------------------------------- parent side
 
 void WorkerPool::SpawnStandby(int attempt) {
@@ -275,10 +217,9 @@ Result<std::unique_ptr<WorkerProcess>> WorkerPool::StartWorker(int attempt) {
             : "died with " + reply.DeathDescription(),
         reply.stderr_tail.empty() ? "" : "; its output:\n" + reply.stderr_tail));
   }
-  json j = json::parse(reply.line, nullptr, false);
-  if (!j.is_object() || !j.value("ready", false)) {
-    std::string why = j.is_object() && j.contains("error") ? j["error"].get<std::string>() : reply.line;
-    return Status::InvalidArgument("the worker could not set up backend '" + options_.setup.backend + "': " + why);
+  if (Status ready = ParseSetupReply(reply.line); !ready.ok()) {
+    return Status::InvalidArgument("the worker could not set up backend '" + options_.setup.backend +
+                                   "': " + ready.message());
   }
   return worker;
 }
@@ -324,14 +265,9 @@ CaseResult IsolatedCaseExecutor::RunOnce(const std::string& request, const OpCas
     result.detail_json = DumpJson(json{{"worker", detail}});
     return result;
   }
-  json j = json::parse(reply->line, nullptr, false);
-  if (j.is_object() && j.contains("result") && j["result"].is_string()) {
-    auto parsed = CaseResult::FromJson(j["result"].get<std::string>());
-    if (parsed) return *parsed;
-    harness_ = parsed.error().WithContext("reading a worker's result");
-  } else {
-    harness_ = Status::Internal("the worker answered a case with: " + reply->line.substr(0, 2000));
-  }
+  auto parsed = ParseUnitReply(reply->line);
+  if (parsed) return *parsed;
+  harness_ = parsed.error();
   result.outcome = Outcome::kError;
   result.error = harness_.message();
   return result;
@@ -397,20 +333,9 @@ std::vector<ModelCheckItem> IsolatedModelStageRunner::RunOnce(const std::string&
     items[0].seconds = reply->seconds;
     return items;
   }
-  json j = json::parse(reply->line, nullptr, false);
-  if (j.is_object() && j.contains("items") && j["items"].is_array()) {
-    std::vector<ModelCheckItem> items;
-    for (const auto& e : j["items"]) {
-      auto item = ModelCheckItemFromJson(e);
-      if (!item) {
-        harness_ = item.error().WithContext("reading a worker's model result");
-        return fail(Outcome::kError, harness_.message(), json::object());
-      }
-      items.push_back(std::move(*item));
-    }
-    return items;
-  }
-  harness_ = Status::Internal("the worker answered a model stage with: " + reply->line.substr(0, 2000));
+  auto items = ParseModelReply(reply->line);
+  if (items) return std::move(*items);
+  harness_ = items.error();
   return fail(Outcome::kError, harness_.message(), json::object());
 }
 
@@ -456,14 +381,12 @@ WorkerService::WorkerService(BackendMaker make_backend, ProgramLoader load_progr
 WorkerService::~WorkerService() = default;
 
 std::string WorkerService::Handle(const std::string& request) {
-  json j = json::parse(request, nullptr, false);
-  if (!j.is_object()) return DumpJson(json{{"error", "request is not a JSON object"}});
-  if (j.contains("setup")) return HandleSetup(j["setup"]);
+  auto r = ParseWorkerRequest(request);
+  if (!r) return DumpJson(json{{"error", r.error().message()}});
+  if (r->kind == WorkerRequest::Kind::kSetup) return HandleSetup(r->body);
   if (!setup_) return DumpJson(json{{"error", "the first request must be the setup"}});
-  if (j.contains("unit") && j["unit"].is_string()) {
-    return HandleUnit(j["unit"].get<std::string>(), j.contains("again") && j["again"].is_boolean() && j["again"].get<bool>());
-  }
-  if (j.contains("model")) return HandleModel(j["model"]);
+  if (r->kind == WorkerRequest::Kind::kUnit) return HandleUnit(r->op_case_json, r->again);
+  if (r->kind == WorkerRequest::Kind::kModel) return HandleModel(r->body);
   return DumpJson(json{{"error", "unknown request: " + request.substr(0, 200)}});
 }
 

@@ -57,7 +57,7 @@ Result<Expectation> ParseEntry(const json& e, std::string_view source, const std
       }
       continue;
     }
-    auto field = std::find_if(std::begin(kStrings), std::end(kStrings), [&](const auto& p) { return p.first == key; });
+    auto field = std::find_if(std::begin(kStrings), std::end(kStrings), [&name = key](const auto& p) { return p.first == name; });
     if (field == std::end(kStrings)) {
       return Bad(source, at,
                  "unknown key (stage, op, key, dtype, model, item, outcomes, reason, _comment)");
@@ -102,7 +102,7 @@ Result<Expectations> Expectations::FromJson(std::string_view text, std::string_v
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond a double
     return Status::InvalidArgument(std::string(source) + ": not valid JSON: " + e.what());
   }
   if (!doc.is_object()) return Bad(source, "top level", "must be an object {\"backend\": ..., \"expected_failures\": [...]}");

@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libtbb-dev libcli11-dev libfmt-dev libspdlog-dev
   libbenchmark-dev libcpp-httplib-dev
   chromium
+  clang libclang-rt-dev  # the fuzz targets (fuzz/): clang with libFuzzer and the sanitizer runtimes
 )
 # Node and npm only when missing: a Node.js from elsewhere (e.g. NodeSource,
 # which bundles npm) must not be replaced by Debian's, which conflicts with it.

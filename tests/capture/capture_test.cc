@@ -83,6 +83,20 @@ TEST(TraceReaderTest, ReadsAnErrorRecord) {
   EXPECT_EQ(StatusForStage("run"), "failed");
 }
 
+// Found by fuzz/op_case.cc: sizes whose product overflows int64 made every
+// later Numel()/StorageNumel() (cost estimates, footprints) undefined.
+TEST(TraceReaderTest, RefusesTensorsWhoseSizeOverflows) {
+  auto huge = Read({kStart,
+                    R"({"type":"value","id":0,"kind":"input","name":"x","tensor":{"dtype":"f32","shape":[4294967296,4294967296],"strides":[1,1],"storage_offset":0}})"});
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(huge.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(huge.error().message().find("overflows 64 bits"), std::string::npos) << huge.error().message();
+  auto far = Read({kStart,
+                   R"({"type":"value","id":0,"kind":"input","name":"x","tensor":{"dtype":"f32","shape":[3],"strides":[4611686018427387904],"storage_offset":0}})"});
+  ASSERT_FALSE(far);
+  EXPECT_NE(far.error().message().find("overflows 64 bits"), std::string::npos) << far.error().message();
+}
+
 TEST(TraceReaderTest, RefusesWhatIsNotATrace) {
   auto cut = Read({kStart, kValue0, kValue1, kCall0});
   ASSERT_FALSE(cut);

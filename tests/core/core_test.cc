@@ -109,6 +109,25 @@ TEST(OpCase, CanonicalJsonRoundTripsEveryArgumentKind) {
   EXPECT_FALSE(back->args[1].tensors[1].has_value());
 }
 
+// Found by fuzz/op_case.cc: a shape whose element count overflows int64
+// parsed, and Numel() on it was undefined behaviour.
+TEST(OpCase, RefusesTensorsWhoseSizeOverflows) {
+  auto c = OpCase::FromJson(
+      R"({"v":1,"op":"aten::cat","overload":"","args":[{"name":"t","type":"tensor[]","items":[)"
+      R"({"dtype":"f32","shape":[2,1111111111111111116,8],"strides":[128,1,16],"offset":0}]}]})");
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(c.error().message().find("overflows 64 bits"), std::string::npos) << c.error().message();
+  TensorSpec t{.shape = {int64_t{1} << 62, 4, 0}, .strides = {0, 0, 0}};
+  EXPECT_FALSE(t.SizesFit());  // Numel() multiplies in order, so the last zero does not save it
+  t.shape = {4, int64_t{1} << 40};
+  t.strides = {int64_t{1} << 40, 1};
+  EXPECT_TRUE(t.SizesFit());
+  EXPECT_EQ(t.StorageNumel(), int64_t{1} << 42);
+  t.strides = {-5, 1};  // negative strides do not extend the storage
+  EXPECT_TRUE(t.SizesFit());
+}
+
 TEST(OpCase, KeyIsStableAndSensitiveToEveryDimension) {
   OpCase a = MmCase(512, 2048, 5632);
   EXPECT_EQ(a.Key(), MmCase(512, 2048, 5632).Key());
@@ -189,6 +208,19 @@ TEST(CaseResult, JsonRoundTripKeepsMetricsAndTiming) {
   EXPECT_DOUBLE_EQ(back->timing.total_us, 100);
   EXPECT_FALSE(back->warm_spread_us.has_value());
   EXPECT_TRUE(back->counters.empty());
+}
+
+// Found by fuzz/worker_protocol.cc: members of another type made nlohmann's
+// value() throw out of FromJson, which reads what a worker sends.
+TEST(CaseResult, MemberOfAnotherTypeIsCorruptionNotAnException) {
+  for (const char* text : {R"({"outcome": "pass", "error": 3})", R"({"outcome": 1})",
+                           R"({"outcome": "pass", "timing": {"total_us": "slow"}})",
+                           R"({"outcome": "pass", "attempts": "two"})", R"({"outcome": "pass", "flaky": 1})",
+                           R"({"outcome": "pass", "detail": {}})"}) {
+    auto r = CaseResult::FromJson(text);
+    ASSERT_FALSE(r) << text;
+    EXPECT_EQ(r.error().code(), StatusCode::kCorruption) << text;
+  }
 }
 
 TEST(CaseResult, JsonRoundTripKeepsWarmSpreadAndCounters) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "isolation/isolation.h"
+#include "isolation/protocol.h"
 #include "isolation/worker.h"
 #include "tests/support/case_builder.h"
 
@@ -22,6 +23,36 @@ namespace coverage::isolation {
 using namespace coverage::backends;  // backends/'s names, unqualified in these tests
 using namespace coverage::replay;  // replay/'s names, unqualified in these tests
 namespace {
+
+// The protocol's parsers on lines of every shape (isolation/protocol.h);
+// the cases below are what fuzz/worker_protocol.cc found throwing.
+TEST(WorkerProtocol, SetupReplyOfAnyShapeIsReadyOrAnError) {
+  EXPECT_TRUE(ParseSetupReply(R"({"ready": true, "backend_version": "x"})").ok());
+  for (const char* line : {R"({"ready": 1})", R"({"ready": "yes"})", R"({"error": 3})", "[]", "not json"}) {
+    Status s = ParseSetupReply(line);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << line;
+    EXPECT_EQ(s.message(), line);
+  }
+  EXPECT_EQ(ParseSetupReply(R"({"ready": false, "error": "no such backend"})").message(), "no such backend");
+}
+
+TEST(WorkerProtocol, RepliesOfAnotherShapeAreErrorValues) {
+  EXPECT_EQ(ParseUnitReply(R"({"result": "{\"outcome\": \"pass\", \"error\": []}"})").error().code(),
+            StatusCode::kCorruption);
+  EXPECT_EQ(ParseUnitReply(R"({"result": 3})").error().code(), StatusCode::kInternal);
+  for (const char* line : {R"({"items": [{"item": 3, "outcome": "pass"}]})",
+                           R"({"items": [{"item": "forward", "outcome": ["pass"]}]})",
+                           R"({"items": [{"item": "forward", "outcome": "pass", "seconds": "1"}]})"}) {
+    auto items = ParseModelReply(line);
+    ASSERT_FALSE(items) << line;
+    EXPECT_EQ(items.error().code(), StatusCode::kCorruption) << line;
+  }
+  auto items = ParseModelReply(R"({"items": [{"item": "forward", "outcome": "mismatch", "cosine": 0.5}]})");
+  ASSERT_TRUE(items);
+  ASSERT_EQ(items->size(), 1u);
+  EXPECT_EQ((*items)[0].outcome, Outcome::kMismatch);
+}
+
 
 WorkerSpawnOptions Shell(const std::string& script, int attempt = 1) {
   WorkerSpawnOptions o;

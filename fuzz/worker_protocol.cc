@@ -1,0 +1,82 @@
+// Fuzz target: the worker protocol (isolation/protocol.h). One input is one
+// line, read as each side would read it: as a request by the worker
+// (setup, unit, model) and as each kind of reply by the parent (ready,
+// a case result, model items). Invariants: nothing throws; a parsed setup,
+// case result or model item writes JSON that parses back to the same JSON.
+#include "core/case_result.h"
+#include "core/op_case.h"
+#include "fuzz/fuzz_check.h"
+#include "isolation/isolation.h"
+#include "isolation/protocol.h"
+
+namespace {
+
+using namespace coverage;
+using namespace coverage::isolation;
+
+void CheckSetup(const nlohmann::json& body) {
+  auto setup = WorkerSetup::FromJson(body);
+  if (!setup) {
+    FUZZ_CHECK(fuzz::IsInputError(setup.error()), setup.error().ToString());
+    return;
+  }
+  const std::string text = fuzz::Dump(setup->ToJson());
+  auto again = WorkerSetup::FromJson(setup->ToJson());
+  FUZZ_CHECK(again.has_value(), again.error().ToString() + " for " + text);
+  FUZZ_CHECK(fuzz::Dump(again->ToJson()) == text, text);
+  auto replay = setup->Replay();
+  FUZZ_CHECK(replay.has_value(), replay.error().ToString());  // FromJson parsed the same tolerances
+}
+
+void CheckCaseResult(const CaseResult& r) {
+  const std::string text = r.ToJson();
+  auto again = CaseResult::FromJson(text);
+  FUZZ_CHECK(again.has_value(), again.error().ToString() + " for " + text);
+  FUZZ_CHECK(again->ToJson() == text, text);
+}
+
+void CheckModelItems(const std::vector<replay::ModelCheckItem>& items) {
+  for (const auto& item : items) {
+    const nlohmann::json j = replay::ModelCheckItemToJson(item);
+    auto again = replay::ModelCheckItemFromJson(j);
+    FUZZ_CHECK(again.has_value(), again.error().ToString() + " for " + fuzz::Dump(j));
+    FUZZ_CHECK(fuzz::Dump(replay::ModelCheckItemToJson(*again)) == fuzz::Dump(j), fuzz::Dump(j));
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view line = fuzz::AsText(data, size);
+
+  // The worker's side.
+  if (auto request = ParseWorkerRequest(line); request) {
+    switch (request->kind) {
+      case WorkerRequest::Kind::kSetup: CheckSetup(request->body); break;
+      case WorkerRequest::Kind::kUnit: {
+        auto c = OpCase::FromJson(request->op_case_json);
+        FUZZ_CHECK(c.has_value() || fuzz::IsInputError(c.error()), c.error().ToString());
+        break;
+      }
+      case WorkerRequest::Kind::kModel:
+      case WorkerRequest::Kind::kUnknown: break;
+    }
+  } else {
+    FUZZ_CHECK(fuzz::IsInputError(request.error()), request.error().ToString());
+  }
+
+  // The parent's side.
+  if (Status ready = ParseSetupReply(line); !ready.ok()) {
+    FUZZ_CHECK(ready.code() == StatusCode::kInvalidArgument, ready.ToString());
+  }
+  if (auto result = ParseUnitReply(line); result) {
+    CheckCaseResult(*result);
+  } else {
+    FUZZ_CHECK(result.error().code() == StatusCode::kCorruption || result.error().code() == StatusCode::kInternal,
+               result.error().ToString());
+  }
+  if (auto items = ParseModelReply(line); items) {
+    CheckModelItems(*items);
+  }
+  return 0;
+}

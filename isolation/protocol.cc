@@ -1,0 +1,125 @@
+#include "isolation/protocol.h"
+
+#include "isolation/isolation.h"
+
+namespace coverage::isolation {
+
+using nlohmann::json;
+using replay::ModelCheckItem;
+using replay::ModelCheckItemFromJson;
+
+// WorkerSetup travels in the setup request (its JSON form is the protocol's).
+json WorkerSetup::ToJson() const {
+  const ModelCheckOptions& c = checks;
+  return json{{"backend", backend},
+              {"registry", registry},
+              {"tolerances_json", tolerances_json},
+              {"tolerances_source", tolerances_source},
+              {"warm_iterations", warm_iterations},
+              {"golden", golden == GoldenMode::kAlways ? "always" : golden == GoldenMode::kNever ? "never" : "auto"},
+              {"seed", seed},
+              {"checks",
+               {{"seed", c.seed}, {"min_cosine", c.min_cosine}, {"top_k", c.top_k},
+                {"min_topk_agreement", c.min_topk_agreement}, {"train_steps", c.train_steps},
+                {"loss_rtol", c.loss_rtol}, {"grad_norm_rtol", c.grad_norm_rtol},
+                {"param_update_rtol", c.param_update_rtol}}}};
+}
+
+Result<WorkerSetup> WorkerSetup::FromJson(const json& j) {
+  if (!j.is_object() || !j.contains("backend") || !j["backend"].is_string()) {
+    return Status::InvalidArgument("worker setup: expected an object with 'backend'");
+  }
+  WorkerSetup s;
+  try {
+    s.backend = j["backend"].get<std::string>();
+    s.registry = j.value("registry", std::string());
+    s.tolerances_json = j.value("tolerances_json", std::string("{}"));
+    s.tolerances_source = j.value("tolerances_source", std::string("(setup)"));
+    s.warm_iterations = j.value("warm_iterations", 3);
+    const std::string golden = j.value("golden", std::string("auto"));
+    s.golden = golden == "always" ? GoldenMode::kAlways : golden == "never" ? GoldenMode::kNever : GoldenMode::kWhenNeeded;
+    s.seed = j.value("seed", uint64_t{0});
+    const json c = j.value("checks", json::object());
+    ModelCheckOptions& o = s.checks;
+    o.seed = c.value("seed", o.seed);
+    o.min_cosine = c.value("min_cosine", o.min_cosine);
+    o.top_k = c.value("top_k", o.top_k);
+    o.min_topk_agreement = c.value("min_topk_agreement", o.min_topk_agreement);
+    o.train_steps = c.value("train_steps", o.train_steps);
+    o.loss_rtol = c.value("loss_rtol", o.loss_rtol);
+    o.grad_norm_rtol = c.value("grad_norm_rtol", o.grad_norm_rtol);
+    o.param_update_rtol = c.value("param_update_rtol", o.param_update_rtol);
+    o.golden = s.golden;
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("worker setup: ") + e.what());
+  }
+  COV_ASSIGN_OR_RETURN(s.checks.comparison, replay::ComparisonOptions::FromJson(s.tolerances_json, s.tolerances_source));
+  return s;
+}
+
+Result<ReplayOptions> WorkerSetup::Replay() const {
+  ReplayOptions r;
+  COV_ASSIGN_OR_RETURN(r.comparison, replay::ComparisonOptions::FromJson(tolerances_json, tolerances_source));
+  r.warm_iterations = warm_iterations;
+  r.golden = golden;
+  r.seed = seed;
+  return r;
+}
+
+Status ParseSetupReply(std::string_view line) {
+  // Any member may have any type here (fuzz/worker_protocol.cc found a
+  // non-boolean "ready" throwing): only {"ready": true} is ready, only a
+  // string "error" is the reason.
+  json j = json::parse(line, nullptr, false);
+  if (!j.is_object()) return Status::InvalidArgument(std::string(line));
+  if (auto ready = j.find("ready"); ready != j.end() && ready->is_boolean() && ready->get<bool>()) {
+    return Status::Ok();
+  }
+  auto error = j.find("error");
+  return Status::InvalidArgument(error != j.end() && error->is_string() ? error->get<std::string>()
+                                                                         : std::string(line));
+}
+
+Result<CaseResult> ParseUnitReply(std::string_view line) {
+  json j = json::parse(line, nullptr, false);
+  if (j.is_object() && j.contains("result") && j["result"].is_string()) {
+    auto parsed = CaseResult::FromJson(j["result"].get<std::string>());
+    if (!parsed) return parsed.error().WithContext("reading a worker's result");
+    return parsed;
+  }
+  return Status::Internal("the worker answered a case with: " + std::string(line.substr(0, 2000)));
+}
+
+Result<std::vector<ModelCheckItem>> ParseModelReply(std::string_view line) {
+  json j = json::parse(line, nullptr, false);
+  if (j.is_object() && j.contains("items") && j["items"].is_array()) {
+    std::vector<ModelCheckItem> items;
+    for (const auto& e : j["items"]) {
+      auto item = ModelCheckItemFromJson(e);
+      if (!item) return item.error().WithContext("reading a worker's model result");
+      items.push_back(std::move(*item));
+    }
+    return items;
+  }
+  return Status::Internal("the worker answered a model stage with: " + std::string(line.substr(0, 2000)));
+}
+
+Result<WorkerRequest> ParseWorkerRequest(std::string_view line) {
+  json j = json::parse(line, nullptr, false);
+  if (!j.is_object()) return Status::InvalidArgument("request is not a JSON object");
+  WorkerRequest r;
+  if (j.contains("setup")) {
+    r.kind = WorkerRequest::Kind::kSetup;
+    r.body = std::move(j["setup"]);
+  } else if (j.contains("unit") && j["unit"].is_string()) {
+    r.kind = WorkerRequest::Kind::kUnit;
+    r.op_case_json = j["unit"].get<std::string>();
+    r.again = j.contains("again") && j["again"].is_boolean() && j["again"].get<bool>();
+  } else if (j.contains("model")) {
+    r.kind = WorkerRequest::Kind::kModel;
+    r.body = std::move(j["model"]);
+  }
+  return r;
+}
+
+}  // namespace coverage::isolation

@@ -1,0 +1,58 @@
+// The worker protocol's messages (isolation.h lists them): parsing one line
+// from the other side into what it says. Torch-free and free of processes,
+// so the parsers can be tested and fuzzed alone (fuzz/worker_protocol.cc).
+//
+// Every function takes a line from outside (a worker that may have printed
+// anything before it died, a parent of another build) and never throws: a
+// line of the wrong shape is an error value naming what was wrong.
+// Thread safety: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/case_result.h"
+#include "core/result.h"
+#include "replay/model_check.h"
+
+namespace coverage::isolation {
+
+// ---------------------------------------------------------------- parent side
+
+// The reply to {"setup": ...}: OK when it is {"ready": true, ...}; otherwise
+// an InvalidArgument whose message is the worker's "error" text, or the
+// line itself when it has none.
+Status ParseSetupReply(std::string_view line);
+
+// The reply to {"unit": ...}: the CaseResult inside {"result": "<json>"}.
+// Errors: Corruption (a result that does not parse, with the context
+// "reading a worker's result"); Internal for any other answer, quoting it.
+Result<CaseResult> ParseUnitReply(std::string_view line);
+
+// The reply to {"model": ...}: the items of {"items": [...]}. Errors:
+// Corruption (an item that does not parse, with the context "reading a
+// worker's model result"); Internal for any other answer, quoting it.
+Result<std::vector<replay::ModelCheckItem>> ParseModelReply(std::string_view line);
+
+// ---------------------------------------------------------------- worker side
+
+struct WorkerRequest {
+  enum class Kind {
+    kSetup,    // {"setup": {...WorkerSetup}}
+    kUnit,     // {"unit": "<OpCase canonical JSON>", "again": bool?}
+    kModel,    // {"model": {...}}
+    kUnknown,  // an object that is none of these
+  };
+  Kind kind = Kind::kUnknown;
+  nlohmann::json body;       // kSetup: the setup object; kModel: the model request, as sent
+  std::string op_case_json;  // kUnit
+  bool again = false;        // kUnit: the same-worker rerun (Note [Reruns])
+};
+
+// Errors: InvalidArgument when the line is not a JSON object.
+Result<WorkerRequest> ParseWorkerRequest(std::string_view line);
+
+}  // namespace coverage::isolation
