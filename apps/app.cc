@@ -2,15 +2,18 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_capped.h"
 #include "registry/registry.h"
 #include "backends/backends.h"
 #include "backends/plugin_backend.h"
@@ -47,11 +50,37 @@ std::string DefaultRegistryPath() {
 }
 
 Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound("cannot read '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // stdio rather than a stream, so that the reason (a folder, no permission)
+  // reaches the message.
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return Status::NotFound("cannot read '" + path + "': " + std::strerror(errno));
+  std::string text;
+  char buffer[1 << 16];
+  size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, f)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(f) != 0;
+  const int read_errno = errno;
+  std::fclose(f);
+  if (failed) return Status::IoError("cannot read '" + path + "': " + std::strerror(read_errno));
+  return text;
+}
+
+Status WriteFileReplacing(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  // stdio rather than a stream: a full disk shows at fflush/fclose, with errno.
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return Status::IoError("cannot write '" + tmp + "': " + std::strerror(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
+  const int write_errno = errno;
+  if (std::fclose(f) != 0 || !written) {
+    const std::string reason = std::strerror(written ? errno : write_errno);
+    std::remove(tmp.c_str());
+    return Status::IoError("cannot write '" + tmp + "': " + reason + " (the previous '" + path + "' is unchanged)");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::IoError("cannot write '" + path + "': " + ec.message());
+  return Status::Ok();
 }
 
 const std::atomic<bool>* InstallStopHandler() {
@@ -103,8 +132,7 @@ int ReportError(const Status& status) {
 
 Result<std::vector<capture::CaptureProfile>> LoadProfiles(const std::string& path, const std::vector<std::string>& only) {
   COV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded()) return Status::InvalidArgument(path + ": not valid JSON");
+  COV_ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonText(text, path));
   auto all = capture::ParseCaptureProfiles(j);
   if (!all) return all.error().WithContext(path);
   if (only.empty()) return all;

@@ -87,11 +87,11 @@ Result<std::vector<capture::CaptureModel>> LoadModels(const std::string& path, c
       m.model_type = config["model_type"].get<std::string>();
     }
     m.source = j.contains("source") && j["source"].is_string() ? j["source"].get<std::string>() : path;
-    if (j.contains("structure") && j["structure"].is_string()) {
-      m.structure = j["structure"].get<std::string>();
-    } else if (auto f = selection::ExtractFeatures(config, defaults); f.has_value()) {
-      m.structure = f->structure;
-    }
+    // A config no model could be built from (hidden_size 10^12) is refused
+    // here, naming the field, rather than inside libtorch in the tracer.
+    auto f = selection::ExtractFeatures(config, defaults);
+    if (!f) return Status::InvalidArgument(fmt::format("{}: model '{}': {}", where, m.id, f.error().message()));
+    m.structure = j.contains("structure") && j["structure"].is_string() ? j["structure"].get<std::string>() : f->structure;
     out.push_back(std::move(m));
   }
   for (const auto& id : only) {

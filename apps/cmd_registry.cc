@@ -79,11 +79,7 @@ Status WriteOutput(const std::string& path, const std::string& text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return Status::Ok();
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Status::IoError("cannot write '" + path + "'");
-  out << text;
-  if (!out) return Status::IoError("writing '" + path + "' failed");
-  return Status::Ok();
+  return WriteFileReplacing(path, text);
 }
 
 Result<OutputFormat> ParseFormat(const std::string& f) {

@@ -35,24 +35,6 @@ struct ReportFlags {
   bool fail_on_regression = false;
 };
 
-Status WriteText(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  // stdio rather than a stream: a full disk shows at fflush/fclose, with errno.
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return Status::IoError("cannot write '" + tmp + "': " + std::strerror(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
-  const int write_errno = errno;
-  if (std::fclose(f) != 0 || !written) {
-    const std::string reason = std::strerror(written ? errno : write_errno);
-    std::remove(tmp.c_str());
-    return Status::IoError("cannot write '" + tmp + "': " + reason + " (the previous '" + path + "' is unchanged)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::IoError("cannot write '" + path + "': " + ec.message());
-  return Status::Ok();
-}
-
 // "latest": the newest run in the registry.
 Result<std::string> ResolveRun(registry::Registry& reg, const std::string& id) {
   if (id != "latest") return id;
@@ -209,7 +191,7 @@ Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Regis
     } else {
       return Status::InvalidArgument("--format: '" + format + "' is not html, junit or json");
     }
-    COV_RETURN_IF_ERROR(WriteText(path, text));
+    COV_RETURN_IF_ERROR(WriteFileReplacing(path, text));
     written.paths.push_back(path);
   }
   // What a person reads first.

@@ -38,7 +38,7 @@ Result<nlohmann::json> ParseJsonCapped(std::string_view body, const JsonParseOpt
       in_string = true;
     } else if (c == '[' || c == '{') {
       if (++depth > options.max_depth) {
-        return Status::InvalidArgument("JSON nested deeper than " + std::to_string(options.max_depth) + " levels");
+        return Status::Unsupported("JSON nested deeper than " + std::to_string(options.max_depth) + " levels");
       }
     } else if (c == ']' || c == '}') {
       --depth;
@@ -79,6 +79,22 @@ Result<nlohmann::json> ParseJsonCapped(std::string_view body, const JsonParseOpt
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::InvalidArgument("body is not valid JSON");
   return j;
+}
+
+std::string JsonErrorText(const nlohmann::json::exception& e) {
+  std::string_view what = e.what();
+  if (what.starts_with("[json.exception.")) {
+    if (const size_t end = what.find("] "); end != std::string_view::npos) what.remove_prefix(end + 2);
+  }
+  return std::string(what);
+}
+
+Result<nlohmann::json> ParseJsonText(std::string_view text, std::string_view source) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1E666
+    return Status::InvalidArgument(std::string(source) + ": not valid JSON: " + JsonErrorText(e));
+  }
 }
 
 std::optional<std::string_view> RawJsonMember(std::string_view text, std::string_view key) {

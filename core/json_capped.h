@@ -21,8 +21,18 @@ struct JsonParseOptions {
 };
 
 // Parses `body`, refusing nesting deeper than max_depth and non-JSON.
-// Errors: InvalidArgument with the reason.
+// Errors: InvalidArgument for text that is not JSON; Unsupported for JSON
+// nested deeper than max_depth (a property of the document, not of a cut
+// transfer: the crawl does not fetch it again).
 Result<nlohmann::json> ParseJsonCapped(std::string_view body, const JsonParseOptions& options = {});
+
+// Parses a whole file's text (a settings or expectations file a user wrote).
+// Errors: InvalidArgument "<source>: not valid JSON: parse error at line L,
+// column C: <what was expected>", or the number that overflows a double.
+Result<nlohmann::json> ParseJsonText(std::string_view text, std::string_view source);
+
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
+std::string JsonErrorText(const nlohmann::json::exception& e);
 
 // The text of the value of member `key` of the JSON object `object_text`,
 // exactly as written (Python's NaN and Infinity included, which a parsed

@@ -124,6 +124,7 @@ Result<HttpResponse> CurlHttpClient::Get(const HttpRequest& request) {
     response.body.clear();
     if (transfer.over_cap || rc == CURLE_FILESIZE_EXCEEDED) {
       response.error = "response larger than " + std::to_string(o.max_response_bytes) + " bytes";
+      response.over_size = true;
     } else if (rc == CURLE_TOO_MANY_REDIRECTS) {
       response.error = "more than " + std::to_string(o.max_redirects) + " redirects";
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {

@@ -62,17 +62,27 @@ Result<Page> FetchPage(const CrawlOptions& options, HttpClient& client, Fetcher&
   }
 }
 
+// Note [Permanent config failures]
+// What is wrong with a config.json itself is recorded (status invalid, with
+// the reason), so no later crawl fetches it again until the model's commit
+// changes: a body over the size cap (the client stops reading at the cap;
+// retrying reads the same bytes), and JSON nested deeper than the parser's
+// cap. Only what may be the transfer's fault is retried: a transport error,
+// a 5xx or 429, or a body cut or garbled so that it does not parse (three
+// fetches before it is called invalid).
 ConfigFetch FetchConfig(const std::string& endpoint, HttpClient& client, Fetcher& fetcher, const std::string& id) {
   ConfigFetch out;
   const std::string url = endpoint + "/" + id + "/resolve/main/config.json";
   auto r = fetcher.Get(client, url);
   // A 200 whose body does not parse may be a cut or garbled transfer: fetch
   // it again (up to kInvalidBodyTries times) before calling the config invalid.
+  // JSON nested too deep (Unsupported) is the document itself: not fetched again.
   constexpr int kInvalidBodyTries = 3;
   Result<nlohmann::json> parsed = Status::Internal("not parsed");
   for (int attempt = 1; r && r->status == 200; ++attempt) {
     parsed = ParseJsonCapped(r->body, {.python_literals = true});
     if ((parsed && parsed->is_object()) || attempt >= kInvalidBodyTries) break;
+    if (!parsed && parsed.error().code() == StatusCode::kUnsupported) break;
     fetcher.Backoff(1);
     r = fetcher.Get(client, url);
   }
@@ -93,6 +103,11 @@ ConfigFetch FetchConfig(const std::string& endpoint, HttpClient& client, Fetcher
   } else if (r->status == 401 || r->status == 403) {
     out.status = ConfigStatus::kGated;
     out.reason = Describe(*r);
+  } else if (r->status == 0 && r->over_size) {
+    // Note [Permanent config failures]: recorded, so no later crawl fetches it
+    // again until its commit changes.
+    out.status = ConfigStatus::kInvalid;
+    out.reason = "config.json: " + r->error;
   } else if (r->status == 404) {
     out.status = ConfigStatus::kMissing;
     out.reason = Describe(*r);

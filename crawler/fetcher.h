@@ -58,7 +58,7 @@ class Fetcher {
         last.body.clear();
         return last;
       }
-      const bool retryable = last.status == 0 || IsRetryableStatus(last.status);
+      const bool retryable = (last.status == 0 && !last.over_size) || IsRetryableStatus(last.status);
       if (!retryable || attempt == options_.retry.max_tries) return last;
       std::optional<RateLimit> rate_limit;
       if (const std::string h = last.Header("RateLimit"); !h.empty()) rate_limit = ParseRateLimit(h);

@@ -27,6 +27,9 @@ struct HttpResponse {
   std::string body;
   std::string final_url;  // after redirects
   int redirects = 0;
+  // A transport failure because the body passed the size cap: a property of
+  // the resource, so it is not retried and the config is recorded invalid.
+  bool over_size = false;
 
   // The first value of a header (name in any case), or "".
   std::string Header(const std::string& name) const;

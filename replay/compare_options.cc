@@ -1,6 +1,8 @@
 #include "replay/compare_options.h"
 
 #include <nlohmann/json.hpp>
+#include "core/json_capped.h"
+
 
 namespace coverage::replay {
 namespace {
@@ -65,8 +67,7 @@ double ComparisonOptions::MultiplierFor(std::string_view op, std::string_view ov
 
 Result<ComparisonOptions> ComparisonOptions::FromJson(std::string_view text, std::string_view source_name) {
   const std::string src(source_name);
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) return Status::InvalidArgument(src + ": not valid JSON");
+  COV_ASSIGN_OR_RETURN(json j, ParseJsonText(text, src));
   if (!j.is_object()) return Status::InvalidArgument(src + ": expected a JSON object");
   ComparisonOptions o;
   for (const auto& [key, value] : j.items()) {

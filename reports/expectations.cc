@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_capped.h"
 #include "core/op_case.h"
 #include "core/outcome.h"
 
@@ -99,12 +100,7 @@ bool OpMatches(std::string_view pattern, std::string_view op_qualified) {
 }  // namespace
 
 Result<Expectations> Expectations::FromJson(std::string_view text, std::string_view source) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond a double
-    return Status::InvalidArgument(std::string(source) + ": not valid JSON: " + e.what());
-  }
+  COV_ASSIGN_OR_RETURN(json doc, ParseJsonText(text, source));
   if (!doc.is_object()) return Bad(source, "top level", "must be an object {\"backend\": ..., \"expected_failures\": [...]}");
   Expectations out;
   out.source = std::string(source);

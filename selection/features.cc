@@ -781,6 +781,61 @@ bool TowerEmpty(const Tower& t) { return t == Tower{}; }
 
 // ---------------------------------------------------------------------------
 
+// Note [Dimension bounds]
+// A config can claim any size (hidden_size 10^12), which selection would
+// place in the design space and capture would hand to libtorch to fail
+// there, or to exhaust the machine. Each dimension has a bound at least 16x
+// the largest in the 3,253 real configs of data/hub/configs.jsonl (largest
+// in brackets): widths 2^20 (intermediate 65,536, T5-11B's d_ff), layers 2^12
+// (126), heads 2^14 (232), vocabulary 2^24 (274,701), experts 2^16 (896),
+// context 2^30 (10,485,760, Llama 4 Scout), image size 2^16 (2,016). A
+// config beyond one is refused, naming the field: no buildable model has it.
+Status CheckDimensionBounds(const Features& f) {
+  constexpr int64_t kWidth = int64_t{1} << 20, kLayers = int64_t{1} << 12, kHeads = int64_t{1} << 14,
+                    kVocab = int64_t{1} << 24, kExperts = int64_t{1} << 16, kContext = int64_t{1} << 30,
+                    kImage = int64_t{1} << 16;
+  struct Bound {
+    std::string field;
+    int64_t value;
+    int64_t max;
+  };
+  std::vector<Bound> bounds = {
+      {"hidden_size", f.hidden, kWidth},
+      {"num_hidden_layers", f.layers, kLayers},
+      {"encoder_layers", f.encoder_layers, kLayers},
+      {"num_attention_heads", f.heads, kHeads},
+      {"num_key_value_heads", f.kv_heads, kHeads},
+      {"head_dim", f.head_dim, kWidth},
+      {"intermediate_size", f.intermediate, kWidth},
+      {"vocab_size", f.vocab, kVocab},
+      {"max_position_embeddings", f.context, kContext},
+      {"sliding_window", f.sliding_window, kContext},
+      {"num_experts", f.experts, kExperts},
+      {"num_experts_per_tok", f.experts_per_token, kExperts},
+      {"n_shared_experts", f.shared_experts, kExperts},
+      {"image_size", f.image_size, kImage},
+      {"patch_size", f.patch_size, kImage},
+  };
+  for (const auto& [p, t] : {std::pair<std::string, const Tower*>{"vision_config.", &f.vision},
+                             std::pair<std::string, const Tower*>{"audio_config.", &f.audio}}) {
+    bounds.push_back({p + "hidden_size", t->hidden, kWidth});
+    bounds.push_back({p + "num_hidden_layers", t->layers, kLayers});
+    bounds.push_back({p + "num_attention_heads", t->heads, kHeads});
+    bounds.push_back({p + "intermediate_size", t->intermediate, kWidth});
+    bounds.push_back({p + "image_size", t->image_size, kImage});
+    bounds.push_back({p + "patch_size", t->patch_size, kImage});
+    bounds.push_back({p + "num_mel_bins", t->mel_bins, kWidth});
+  }
+  for (const int64_t w : f.conv_widths) bounds.push_back({"hidden_sizes (or conv_dim)", w, kWidth});
+  for (const auto& b : bounds) {
+    if (b.value > b.max) {
+      return Status::InvalidArgument(b.field + " is " + std::to_string(b.value) + ", beyond the " +
+                                     std::to_string(b.max) + " of any buildable model (Note [Dimension bounds])");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<Features> ExtractFeatures(const nlohmann::json& config, const FamilyDefaults& defaults) {
   if (!config.is_object()) {
     return Status::InvalidArgument(std::string("config is not a JSON object (it is ") + config.type_name() + ")");
@@ -1270,6 +1325,7 @@ Result<Features> ExtractFeatures(const nlohmann::json& config, const FamilyDefau
           "config names no model_type, no architectures and no dimension (hidden_size, num_hidden_layers, "
           "num_attention_heads, vocab_size or an alias of one)");
     }
+    COV_RETURN_IF_ERROR(CheckDimensionBounds(f));
     return f;
   } catch (const std::exception& e) {
     // Note [Untrusted configs]: unreachable by design; a bug if it happens.

@@ -44,7 +44,7 @@ namespace coverage::selection {
 
 // Bump whenever ExtractFeatures or the signatures can give a different result
 // for the same config: stored features of an older version are re-derived.
-constexpr int kFeatureExtractorVersion = 1;
+constexpr int kFeatureExtractorVersion = 2;  // 2: dimension bounds
 
 struct Tower {
   int64_t hidden = 0;
@@ -136,6 +136,10 @@ struct Features {
 // names it ("features.vision.layers: expected a non-negative integer").
 nlohmann::json ToJson(const Features& f);
 Result<Features> FeaturesFromJson(const nlohmann::json& j);
+
+// OK, or InvalidArgument naming the first dimension beyond the bounds of
+// Note [Dimension bounds] (hidden_size 10^12); ExtractFeatures applies it.
+Status CheckDimensionBounds(const Features& f);
 
 // The defaults and alias maps of the model types transformers knows.
 class FamilyDefaults {

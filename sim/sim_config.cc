@@ -100,6 +100,21 @@ std::vector<std::string> Config::DefaultBf16Ops() {
           "aten::_convolution", "aten::convolution_overrideable"};
 }
 
+// "" and *out parsed, or nlohmann's reason with its line and column
+// ("parse error at line 3, column 7: ..."), without the exception id.
+std::string ParseJson(const std::string& text, json* out) {
+  try {
+    *out = json::parse(text);
+    return "";
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos) {
+      what.erase(0, what.find("] ") + 2);
+    }
+    return what;
+  }
+}
+
 bool IsKnownDTypeName(const std::string& name) {
   for (const char* n : kDTypeNames) {
     if (name == n) return true;
@@ -108,8 +123,8 @@ bool IsKnownDTypeName(const std::string& name) {
 }
 
 std::string ParseConfig(const std::string& text, const std::string& source, Config* config) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) return source + ": not valid JSON";
+  json j;
+  if (std::string error = ParseJson(text, &j); !error.empty()) return source + ": not valid JSON: " + error;
   if (!j.is_object()) return source + ": expected a JSON object";
   for (const auto& [key, v] : j.items()) {
     const std::string at = Where(source, key);
@@ -152,8 +167,10 @@ std::string ParseFaults(const std::string& text_or_path, const std::string& sour
     where = source + "=@" + path;
     if (!ReadWholeFile(path, &text)) return where + ": cannot read the file";
   }
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) return where + ": not valid JSON (expected an array of fault rules)";
+  json j;
+  if (std::string error = ParseJson(text, &j); !error.empty()) {
+    return where + ": not valid JSON (expected an array of fault rules): " + error;
+  }
   return ParseRules(j, where, rules);
 }
 

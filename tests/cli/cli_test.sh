@@ -71,9 +71,14 @@ check "unknown stage is refused" run 2 "$BIN" --registry "$DB" run --stage=model
 echo '{"dtypes": {"f32": {"rtol": "tight"}}}' >"$TMP/bad_tol.json"
 check "bad tolerance file is refused" run 2 "$BIN" --registry "$DB" run --stage=unit --tolerances "$TMP/bad_tol.json"
 check "bad tolerance file is named" has "bad_tol.json: dtypes.f32.rtol"
-printf '{"id": "x/y", "family": "decoder", "config": {}}\nnot json\n' >"$TMP/bad_models.jsonl"
+printf '{"id": "x/y", "family": "decoder", "config": {"model_type": "llama", "hidden_size": 64}}\nnot json\n' >"$TMP/bad_models.jsonl"
 check "bad models file is refused" run 2 "$BIN" --registry "$DB" capture --models "$TMP/bad_models.jsonl"
 check "bad models file names the line" has "bad_models.jsonl:2"
+check "not valid JSON names the column" has "bad_models.jsonl:2: not valid JSON"
+# Note [Dimension bounds]: refused before the tracer hands it to libtorch.
+printf '{"id": "huge/llama", "config": {"model_type": "llama", "hidden_size": 1000000000000, "num_hidden_layers": 2}}\n' >"$TMP/huge_models.jsonl"
+check "a config beyond the dimension bounds is refused" run 2 "$BIN" --registry "$DB" capture --models "$TMP/huge_models.jsonl"
+check "the refusal names the model and the field" has "model 'huge/llama': hidden_size is 1000000000000"
 check "over the memory budget is refused" run 1 "$BIN" -q --registry "$TMP/budget.db" capture --model microsoft/resnet-50 --device cpu --max-gb 0.01
 check "refusal gives the estimate" has "exceeds --max-gb 0.01"
 check "the refusal is stored" test "$(sqlite3 "$TMP/budget.db" "SELECT status || '/' || stage FROM programs")" = "refused/budget"

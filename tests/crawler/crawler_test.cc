@@ -209,6 +209,7 @@ TEST(HubModel, DeepOrBrokenJsonIsRefused) {
   auto d = ParseJsonCapped(deep);
   ASSERT_FALSE(d.has_value());
   EXPECT_NE(d.error().message().find("deeper than 64"), std::string::npos);
+  EXPECT_EQ(d.error().code(), StatusCode::kUnsupported);  // the document, not its transfer
   EXPECT_TRUE(ParseJsonCapped(std::string(60, '[') + std::string(60, ']')).has_value());
   for (const char* bad : {"", "<html>rate limited</html>", "[{\"id\": ", "{\"id\": \"a\"} trailing"}) {
     EXPECT_FALSE(ParseJsonCapped(bad).has_value()) << bad;

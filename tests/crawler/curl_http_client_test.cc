@@ -126,7 +126,11 @@ TEST(CurlHttpClient, ResponsesOverTheCapAreRefusedAsTheyArrive) {
     EXPECT_EQ(r->status, 0) << path;
     EXPECT_TRUE(r->body.empty()) << path;
     EXPECT_NE(r->error.find("larger than 65536 bytes"), std::string::npos) << path << ": " << r->error;
+    EXPECT_TRUE(r->over_size) << path;  // permanent: the fetcher does not retry it
   }
+  auto small = client.Get({server.Url("/ok"), {}});
+  ASSERT_TRUE(small.has_value());
+  EXPECT_FALSE(small->over_size);
 }
 
 TEST(CurlHttpClient, StalledTransfersTimeOut) {

@@ -306,6 +306,26 @@ TEST(ComparisonOptions, ConfigOverridesDefaultsPerDtypeAndOp) {
   EXPECT_DOUBLE_EQ(o->For("aten::mm", "", DType::kInt64).atol, 0);  // integers exact
 }
 
+// A file that sets only per-op entries keeps assert_close's per-dtype
+// defaults: it is never rtol = atol = 0.
+TEST(ComparisonOptions, AFileWithoutDtypesKeepsTheDefaults) {
+  for (const char* text : {"{}", R"({"ops": {}})", R"({"ops": {"aten::mm": {"f16": {"rtol": 0.1}}}})",
+                           R"({"default_multiplier": 3})"}) {
+    auto o = ComparisonOptions::FromJson(text, "t.json");
+    ASSERT_TRUE(o.has_value()) << text << ": " << o.error().ToString();
+    EXPECT_DOUBLE_EQ(o->For("aten::mm", "", DType::kFloat32).rtol, 1.3e-6) << text;
+    EXPECT_DOUBLE_EQ(o->For("aten::mm", "", DType::kFloat32).atol, 1e-5) << text;
+    EXPECT_DOUBLE_EQ(o->For("aten::add", "Tensor", DType::kBFloat16).rtol, 1.6e-2) << text;
+  }
+}
+
+TEST(ComparisonOptions, NotJsonNamesTheLineAndColumn) {
+  auto o = ComparisonOptions::FromJson("{\n  \"dtypes\": {\n    \"f32\": {\"rtol\": 1e-3,}\n  }\n}", "tol.json");
+  ASSERT_FALSE(o.has_value());
+  EXPECT_NE(o.error().message().find("tol.json: not valid JSON: parse error at line 3, column"), std::string::npos)
+      << o.error().message();
+}
+
 TEST(ComparisonOptions, BadConfigNamesTheKey) {
   for (const char* bad : {R"({"dtypes": {"f33": {"rtol": 1}}})", R"({"dtypes": {"f32": {"rtol": -1}}})",
                           R"({"ops": {"softmax": {}}})", R"({"typo": 1})", "not json",

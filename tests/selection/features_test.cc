@@ -659,6 +659,41 @@ TEST_F(FeaturesTest, WrongTypesAndAbsurdNumbersReadAsUnknown) {
   EXPECT_EQ(g->hidden, 768);
 }
 
+// Note [Dimension bounds]: a count that parses (below 2^40) but that no
+// buildable model has is refused, naming the field; the real configs all pass
+// (EveryRealFullConfigExtracts).
+TEST_F(FeaturesTest, DimensionsBeyondTheBoundsAreRefusedNamingTheField) {
+  struct Case {
+    const char* field;
+    json value;
+    const char* named;
+  };
+  for (const Case& c : {Case{"hidden_size", int64_t{1000000000000}, "hidden_size is 1000000000000"},
+                        Case{"num_hidden_layers", 100000, "num_hidden_layers is 100000"},
+                        Case{"vocab_size", int64_t{1} << 30, "vocab_size is 1073741824"},
+                        Case{"intermediate_size", 1e9, "intermediate_size is 1000000000"},
+                        Case{"max_position_embeddings", int64_t{1} << 35, "max_position_embeddings"}}) {
+    json config = FullConfig("meta-llama/Llama-3.1-8B");
+    config[c.field] = c.value;
+    auto f = ExtractFeatures(config, *RealDefaults());
+    ASSERT_FALSE(f.has_value()) << c.field;
+    EXPECT_EQ(f.error().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(f.error().message().find(c.named), std::string::npos) << f.error().message();
+  }
+  json vlm = FullConfig("Qwen/Qwen3-VL-2B-Instruct");
+  vlm["vision_config"]["hidden_size"] = int64_t{1} << 30;
+  auto v = ExtractFeatures(vlm, *RealDefaults());
+  ASSERT_FALSE(v.has_value());
+  EXPECT_NE(v.error().message().find("vision_config.hidden_size is 1073741824"), std::string::npos)
+      << v.error().message();
+  // The largest real dense model stays in.
+  json big = FullConfig("meta-llama/Llama-3.1-8B");
+  big["hidden_size"] = 16384;
+  big["num_hidden_layers"] = 126;
+  big["intermediate_size"] = 53248;
+  EXPECT_TRUE(ExtractFeatures(big, *RealDefaults()).has_value());
+}
+
 TEST_F(FeaturesTest, DeepNestingNeitherCrashesNorParses) {
   json deep = json::object();
   for (int i = 0; i < 20000; ++i) {

@@ -232,11 +232,22 @@ TEST(Select, DeterministicForASeedWhateverTheThreadCount) {
 TEST(Features, DerivedValuesOutOfRangeReadAsUnknownAndRoundTripThroughText) {
   auto defaults = FamilyDefaults::Load(std::string(COVERAGE_SOURCE_DIR) + "/data/transformers_defaults.jsonl");
   ASSERT_TRUE(defaults.has_value());
-  // 2^40 hidden with an MLP ratio: the derived intermediate would be 2^42.
-  auto f = ExtractFeatures(std::string_view(R"({"model_type": "llama", "hidden_size": 1099511627776, "mlp_ratio": 4})"),
+  // 2^40 hidden with an MLP ratio: the derived intermediate would be 2^42;
+  // both are beyond Note [Dimension bounds], and the error names the field.
+  auto huge = ExtractFeatures(
+      std::string_view(R"({"model_type": "llama", "hidden_size": 1099511627776, "mlp_ratio": 4})"), **defaults);
+  ASSERT_FALSE(huge.has_value());
+  EXPECT_NE(huge.error().message().find("hidden_size is 1099511627776"), std::string::npos) << huge.error().message();
+  // A width within the bound whose derived intermediate is not.
+  auto derived = ExtractFeatures(
+      std::string_view(R"({"model_type": "llama", "hidden_size": 1048576, "mlp_ratio": 4})"), **defaults);
+  ASSERT_FALSE(derived.has_value());
+  EXPECT_NE(derived.error().message().find("intermediate_size is 4194304"), std::string::npos)
+      << derived.error().message();
+  auto f = ExtractFeatures(std::string_view(R"({"model_type": "llama", "hidden_size": 262144, "mlp_ratio": 4})"),
                            **defaults);
   ASSERT_TRUE(f.has_value()) << f.error().ToString();
-  EXPECT_LE(f->intermediate, int64_t{1} << 40);
+  EXPECT_EQ(f->intermediate, int64_t{1} << 20);
   // Stored as text and read back (non-negative integers come back unsigned).
   auto back = FeaturesFromJson(nlohmann::json::parse(ToJson(*f).dump()));
   ASSERT_TRUE(back.has_value()) << back.error().ToString();

@@ -543,6 +543,8 @@ TEST(SimConfig, ErrorsNameTheSourceAndTheKey) {
             std::string::npos)
       << error_of(R"({"faults": [{"op": "aten::mul", "fault": "melt"}]})");
   EXPECT_NE(error_of("{", "").find("not valid JSON"), std::string::npos);
+  e = error_of("{\n  \"numerics\": \"exact\",\n  \"compile_us\": }");
+  EXPECT_NE(e.find("line 3, column 17"), std::string::npos) << e;
   e = error_of("{}", R"([{"op": "aten::mul", "dtype": "float", "fault": "nan"}])");
   EXPECT_NE(e.find("COVERAGE_SIM_FAULTS[0]: key 'dtype'"), std::string::npos) << e;
   e = error_of("{}", R"([{"op": "aten::mul", "shape": "3x4", "fault": "nan"}])");

@@ -61,6 +61,29 @@ TEST_F(Crawl, StoresExactlyTheServedModelsAndConfigs) {
   }
 }
 
+// Note [Permanent config failures]: an over-size or over-deep config.json is
+// fetched once, recorded invalid with its reason, and not fetched again by
+// the next crawl; a garbled one is fetched three times.
+TEST_F(Crawl, PermanentConfigProblemsAreRecordedInvalidAndNotFetchedAgain) {
+  hub_.huge_config = {8};
+  hub_.deep_config = {9};
+  auto s = Run();
+  ASSERT_TRUE(s.has_value()) << s.error().ToString();
+  EXPECT_EQ(s->configs_invalid, 3);  // 5 (garbled), 8, 9
+  EXPECT_EQ(s->config_errors, 0);
+  EXPECT_EQ(hub_.config_requests(8), 1);
+  EXPECT_EQ(hub_.config_requests(9), 1);
+  EXPECT_EQ(hub_.config_requests(5), 3);
+  EXPECT_EQ(One("SELECT config_status || ': ' || config_reason FROM models WHERE id = '" + FakeHub::Id(8) + "'"),
+            "invalid: config.json: response larger than 1048576 bytes (curl error 23)");
+  EXPECT_EQ(One("SELECT config_status || ': ' || config_reason FROM models WHERE id = '" + FakeHub::Id(9) + "'"),
+            "invalid: JSON nested deeper than 64 levels");
+  auto again = Run();
+  ASSERT_TRUE(again.has_value()) << again.error().ToString();
+  EXPECT_EQ(hub_.config_requests(8), 1);
+  EXPECT_EQ(hub_.config_requests(9), 1);
+}
+
 TEST_F(Crawl, FaultsAreRetriedAndGiveTheSameResult) {
   hub_.faults = {{1, FakeHub::Fault::k429},       {2, FakeHub::Fault::kTransport}, {4, FakeHub::Fault::kMalformed},
                  {6, FakeHub::Fault::k503},       {9, FakeHub::Fault::k429},       {12, FakeHub::Fault::kTransport}};

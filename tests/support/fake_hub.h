@@ -24,6 +24,8 @@ class FakeHub {
   std::set<int64_t> no_config = {4};
   std::set<int64_t> bad_config = {5};
   std::set<int64_t> bad_entry = {7};  // listed with a hostile id
+  std::set<int64_t> huge_config;      // served as the client's size cap would report it
+  std::set<int64_t> deep_config;      // valid JSON nested 100 levels deep
   std::map<int64_t, Fault> faults;
   std::string next_link_origin = "http://fake";  // where Link points
 
@@ -33,6 +35,12 @@ class FakeHub {
   int64_t requests() const {
     std::lock_guard<std::mutex> lock(mu_);
     return requests_;
+  }
+  // Requests for one model's config.json.
+  int64_t config_requests(int64_t i) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = config_hits_.find(i);
+    return it == config_hits_.end() ? 0 : it->second;
   }
 
   crawler::HttpResponse Serve(const std::string& url) {
@@ -102,7 +110,18 @@ class FakeHub {
       const std::string id = url.substr(std::string("http://fake/").size(),
                                         url.size() - suffix.size() - std::string("http://fake/").size());
       const int64_t i = std::stoll(id.substr(id.find("model-") + 6));
-      if (gated.count(i)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++config_hits_[i];
+      }
+      if (huge_config.count(i)) {
+        r.status = 0;
+        r.error = "response larger than 1048576 bytes (curl error 23)";
+        r.over_size = true;
+      } else if (deep_config.count(i)) {
+        r.status = 200;
+        r.body = "{\"model_type\": \"llama\", \"x\": " + std::string(100, '[') + std::string(100, ']') + "}";
+      } else if (gated.count(i)) {
         r.status = 401;
         r.headers.emplace("x-error-code", "GatedRepo");
       } else if (no_config.count(i)) {
@@ -121,6 +140,7 @@ class FakeHub {
  private:
   mutable std::mutex mu_;
   int64_t requests_ = 0;
+  std::map<int64_t, int64_t> config_hits_;
 };
 
 class FakeHubClient final : public crawler::HttpClient {
