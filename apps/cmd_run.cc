@@ -90,12 +90,23 @@ Result<stages::Shard> ResolveShard(const RunFlags& flags) {
 
 // Worker processes for --isolation=process: the policy from
 // configs/isolation.json, overridden by --timeout and --reruns.
+// The first worker did not start: Ctrl-C while it loaded its backend is an
+// interruption (130, nothing ran), anything else a harness error (2).
+int StartFailed(const Status& started, const std::string& backend, const std::atomic<bool>* stop) {
+  if (started.code() == StatusCode::kAborted && stop != nullptr && stop->load()) {
+    std::fprintf(stderr, "coverage: %s; nothing ran\n", started.message().c_str());
+    return kExitInterrupted;
+  }
+  return ReportError(started.WithContext("--backend " + backend));
+}
+
 Result<isolation::IsolationOptions> MakeIsolation(const GlobalOptions& global, const RunFlags& flags,
-                                                isolation::WorkerSetup setup) {
+                                                isolation::WorkerSetup setup, const std::atomic<bool>* stop) {
   const std::string path =
       flags.isolation_config.empty() ? global.home + "/configs/isolation.json" : flags.isolation_config;
   COV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   isolation::IsolationOptions options;
+  options.stop = stop;
   COV_ASSIGN_OR_RETURN(options.policy, isolation::IsolationPolicy::FromJson(text, path));
   if (flags.timeout) {
     if (*flags.timeout <= 0) return Status::InvalidArgument("--timeout must be a positive number of seconds");
@@ -216,11 +227,11 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   isolation::IsolatedCaseExecutor* isolated = nullptr;
   if (flags.isolation == "process") {
     // The parent never touches the backend: workers load it (Note [Worker processes]).
-    auto isolation = MakeIsolation(global, flags, setup);
+    auto isolation = MakeIsolation(global, flags, setup, stop);
     if (!isolation) return ReportError(isolation.error());
     auto e = std::make_unique<isolation::IsolatedCaseExecutor>(std::move(*isolation));
     Status started = e->Start();
-    if (!started.ok()) return ReportError(started.WithContext("--backend " + flags.backend));
+    if (!started.ok()) return StartFailed(started, flags.backend, stop);
     isolated = e.get();
     executor = std::move(e);
   } else {
@@ -417,11 +428,11 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
     setup.seed = flags.seed;
     setup.checks = options.checks;
     setup.registry = global.registry_path;
-    auto isolation = MakeIsolation(global, flags, std::move(setup));
+    auto isolation = MakeIsolation(global, flags, std::move(setup), stop);
     if (!isolation) return ReportError(isolation.error());
     auto r = std::make_unique<isolation::IsolatedModelStageRunner>(std::move(*isolation));
     Status started = r->Start();
-    if (!started.ok()) return ReportError(started.WithContext("--backend " + flags.backend));
+    if (!started.ok()) return StartFailed(started, flags.backend, stop);
     isolated = r.get();
     runner = std::move(r);
   } else {

@@ -200,14 +200,18 @@ Result<std::unique_ptr<WorkerProcess>> WorkerPool::StartWorker(int attempt) {
   }
   ++stats_.workers_started;
   const std::string setup = DumpJson(json{{"setup", options_.setup.ToJson()}});
-  WorkerReply reply = worker->Call(setup, options_.policy.startup_timeout_s);
+  WorkerReply reply = worker->Call(setup, options_.policy.startup_timeout_s, options_.stop);
   if (spare && reply.kind == WorkerReply::Kind::kDied) {
     // A spare that died while it waited (the OOM killer, say) says nothing
     // about the backend: start a fresh one instead.
     WorkerSpawnOptions spawn = options_.spawn;
     spawn.attempt = attempt;
     COV_ASSIGN_OR_RETURN(worker, WorkerProcess::Spawn(spawn));
-    reply = worker->Call(setup, options_.policy.startup_timeout_s);
+    reply = worker->Call(setup, options_.policy.startup_timeout_s, options_.stop);
+  }
+  if (reply.kind == WorkerReply::Kind::kStopped) {
+    return Status::Aborted(fmt::format("interrupted while the worker for backend '{}' was starting ({:.1f} s in)",
+                                       options_.setup.backend, reply.seconds));
   }
   if (reply.kind != WorkerReply::Kind::kReply) {
     return Status::Aborted(fmt::format(

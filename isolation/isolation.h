@@ -100,6 +100,10 @@ struct IsolationOptions {
   WorkerSpawnOptions spawn;  // how to start `coverage worker` (args); attempt is set per worker
   WorkerSetup setup;
   IsolationPolicy policy;
+  // Set (by SIGINT) while a worker starts: the start ends at once with
+  // Aborted instead of waiting up to startup_timeout_s for a backend that
+  // hangs while loading. A running case still finishes (or meets its deadline).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // Counts over one executor's life.

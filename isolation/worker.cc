@@ -232,7 +232,7 @@ void WorkerProcess::KillAndReap(WorkerReply* reply) {
   alive_ = false;
 }
 
-WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s) {
+WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, const std::atomic<bool>* stop) {
   WorkerReply reply;
   const auto start = std::chrono::steady_clock::now();
   if (!alive_) {
@@ -277,8 +277,9 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s) {
       return reply;
     }
     const double left = timeout_s - SecondsSince(start);
-    if (left <= 0) {
-      reply.kind = WorkerReply::Kind::kTimeout;
+    const bool stopped = stop != nullptr && stop->load();
+    if (left <= 0 || stopped) {
+      reply.kind = stopped ? WorkerReply::Kind::kStopped : WorkerReply::Kind::kTimeout;
       KillAndReap(&reply);
       DrainStderr(true);
       reply.stderr_tail = StderrTail();

@@ -18,6 +18,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -42,6 +43,7 @@ struct WorkerReply {
     kReply,    // a reply line arrived
     kDied,     // the worker exited or was killed by a signal before replying
     kTimeout,  // no reply before the deadline; the worker was killed
+    kStopped,  // the caller's stop flag was set while it waited; the worker was killed
   };
   Kind kind = Kind::kReply;
   std::string line;         // kReply: the reply, without the newline
@@ -63,9 +65,10 @@ class WorkerProcess {
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
   // Sends `request` (one line, no newline inside) and waits up to
-  // `timeout_s` for a reply. After kDied or kTimeout the worker is gone and
-  // every later Call returns kDied at once.
-  WorkerReply Call(const std::string& request, double timeout_s);
+  // `timeout_s` for a reply, or until `*stop` is set (looked at every 200 ms
+  // at most; nullptr: never). After kDied, kTimeout or kStopped the worker is
+  // gone and every later Call returns kDied at once.
+  WorkerReply Call(const std::string& request, double timeout_s, const std::atomic<bool>* stop = nullptr);
 
   bool alive() const { return alive_; }
   pid_t pid() const { return pid_; }

@@ -291,7 +291,13 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
       progress.Update(static_cast<int64_t>(i), fmt::format("{} failing | {} {}", failing, stage, model.model_id));
       COV_RETURN_IF_ERROR(run.Begin("model:" + model.model_id + ":" + stage));
       std::vector<replay::ModelCheckItem> items = runner.Run(stage, model.model_id, profile->name, program);
-      COV_RETURN_IF_ERROR(runner.HarnessStatus());
+      if (Status harness = runner.HarnessStatus(); !harness.ok()) {
+        if (harness.code() == StatusCode::kAborted && run.StopRequested()) {  // stopped while a worker started
+          summary.interrupted = true;
+          break;
+        }
+        return harness;
+      }
       for (const auto& item : items) {
         rows.push_back(ToRecord(item, family));
         nlohmann::json d = nlohmann::json::parse(rows.back().detail_json);

@@ -115,7 +115,15 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::Case
     } else {
       COV_RETURN_IF_ERROR(run.Begin("case:" + std::to_string(c.case_id)));
       result = executor.Run(c.op_case);
-      COV_RETURN_IF_ERROR(executor.HarnessStatus());
+      if (Status harness = executor.HarnessStatus(); !harness.ok()) {
+        // Stopped while a worker started: the case stays in flight and runs
+        // again on resume.
+        if (harness.code() == StatusCode::kAborted && run.StopRequested()) {
+          summary.interrupted = true;
+          break;
+        }
+        return harness;
+      }
       ++summary.executed;
       summary.compute_seconds += result.timing.ComputeUs() / 1e6;
     }

@@ -37,6 +37,29 @@ check "an injected fault fails the run" test $? -eq 1
 check "an unsupported fault is recorded as unsupported" \
   test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results r JOIN runs USING (run_id) WHERE run_id = 'faults' AND outcome = 'unsupported'")" -gt 0
 
+# Ctrl-C while the worker loads a plugin whose constructor never returns:
+# the run stops within a second or two with 130, nothing stored, instead of
+# waiting out the 300 s start-up deadline.
+if [[ -n ${HANGING_PLUGIN:-} ]]; then
+  COVERAGE_TEST_MARK="$TMP" "$BIN" -q --registry "$DB" run --stage=unit --op relu --isolation process \
+    --backend "privateuse1:$HANGING_PLUGIN" --run hang-start >"$TMP/hang.out" 2>&1 &
+  hang_pid=$!
+  sleep 3
+  kill -INT "$hang_pid"
+  t0=$(date +%s.%N)
+  wait "$hang_pid"
+  hang_rc=$?
+  t1=$(date +%s.%N)
+  check "Ctrl-C while a worker starts exits 130" test "$hang_rc" -eq 130 || cat "$TMP/hang.out" >&2
+  check "Ctrl-C while a worker starts stops within 5 s" awk -v a="$t0" -v b="$t1" 'BEGIN { exit !(b - a < 5) }'
+  check "Ctrl-C while a worker starts says so" grep -q "interrupted while the worker for backend .* was starting" "$TMP/hang.out"
+  check "Ctrl-C while a worker starts stored no result" \
+    test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id = 'hang-start'")" -eq 0
+  # The worker inherited the mark in its environment; none may still run.
+  marked() { grep -lsa "COVERAGE_TEST_MARK=$TMP" /proc/[0-9]*/environ 2>/dev/null | grep -v "/proc/$$/" | wc -l; }
+  check "no worker is left behind" test "$(marked)" -eq 0
+fi
+
 echo '{"numerics": "fp8"}' >"$TMP/bad.json"
 COVERAGE_SIM_CONFIG="$TMP/bad.json" "$BIN" -q --registry "$DB" run --stage=unit --backend sim >"$TMP/bad.out" 2>&1
 check "a bad sim config is refused with exit 2" test $? -eq 2

@@ -5,11 +5,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -120,6 +122,28 @@ TEST(Worker, AHangTimesOutAndItsWholeProcessGroupIsKilled) {
   const pid_t child = std::stoi(r.stderr_tail.substr(at + 6));
   for (int i = 0; i < 100 && !Gone(child); ++i) usleep(10000);
   EXPECT_TRUE(Gone(child)) << "the worker's own child survived";
+}
+
+// Ctrl-C while a worker hangs (say, loading its backend): the wait ends
+// within its 200 ms poll, long before the deadline, and the worker is gone.
+TEST(Worker, AStopFlagEndsTheWaitAtOnceAndKillsTheWorker) {
+  auto w = WorkerProcess::Spawn(Shell("read -r l <&3; sleep 1000"));
+  ASSERT_TRUE(w.has_value());
+  const pid_t pid = (*w)->pid();
+  std::atomic<bool> stop{false};
+  std::thread presser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    stop = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  WorkerReply r = (*w)->Call("go", 300, &stop);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  presser.join();
+  EXPECT_EQ(r.kind, WorkerReply::Kind::kStopped);
+  EXPECT_GE(took, 0.3);
+  EXPECT_LT(took, 5.0);
+  EXPECT_TRUE(Gone(pid));
+  EXPECT_FALSE((*w)->alive());
 }
 
 TEST(Worker, ADeathIsSeenAtOnceEvenWhenAChildHoldsTheSocket) {
