@@ -26,6 +26,9 @@
 namespace coverage::apps {
 namespace {
 
+// What a stage run says at once, e.g. that it takes over a run whose writer died.
+void PrintNotice(const std::string& message) { std::fprintf(stderr, "coverage: %s\n", message.c_str()); }
+
 struct RunFlags {
   std::string stage = "unit";
   std::string backend = "cpu";
@@ -248,6 +251,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   options.backend = flags.backend;
   options.libtorch_version = backends::LibtorchVersion();
   options.host = HostName();
+  options.notice = PrintNotice;
   options.git_revision = GitRevision(global.home);
   options.filter = filter;
   options.max_case_flops = flags.max_case_flops;
@@ -376,6 +380,7 @@ int RunModelStagesCommand(const GlobalOptions& global, const RunFlags& flags, co
   options.backend = flags.backend;
   options.libtorch_version = backends::LibtorchVersion();
   options.host = HostName();
+  options.notice = PrintNotice;
   options.git_revision = GitRevision(global.home);
   options.selection_id = flags.selection_id;
   if (!flags.model.empty()) options.models = {flags.model};

@@ -592,6 +592,93 @@ Status Registry::FinishShard(const std::string& run_id, int shard_index, int sha
   return stmt.Run();
 }
 
+namespace {
+
+// The holder's own lease row: ?1..?6 of a statement.
+constexpr std::string_view kLeaseRow =
+    "run_id = ?1 AND shard_index = ?2 AND shard_count = ?3 AND host = ?4 AND pid = ?5 AND process_start = ?6";
+
+void BindLease(Statement& stmt, const RunLease& l) {
+  stmt.Bind(1, l.run_id).Bind(2, l.shard_index).Bind(3, l.shard_count).Bind(4, l.host);
+  stmt.Bind(5, l.pid).Bind(6, l.process_start);
+}
+
+bool LeasesOverlap(const RunLease& a, const RunLease& b) {
+  if (a.shard_count == 0 || b.shard_count == 0) return true;  // a whole run overlaps everything
+  if (a.shard_count != b.shard_count) return true;            // other splits share keys
+  return a.shard_index == b.shard_index;
+}
+
+}  // namespace
+
+Result<std::optional<RunLease>> Registry::AcquireRunLease(const RunLease& mine,
+                                                          const std::function<bool(const RunLease&)>& is_live,
+                                                          std::vector<RunLease>* taken_over) {
+  std::optional<RunLease> holder;
+  COV_RETURN_IF_ERROR(InTransaction(*db_, [&]() -> Status {
+    COV_ASSIGN_OR_RETURN(auto read, db_->Prepare(
+        "SELECT shard_index, shard_count, host, pid, process_start, acquired_at, renewed_at, "
+        "CAST(strftime('%s','now') AS INTEGER) - CAST(strftime('%s', renewed_at) AS INTEGER) "
+        "FROM run_leases WHERE run_id = ?1 ORDER BY shard_count, shard_index"));
+    read.Bind(1, mine.run_id);
+    std::vector<RunLease> dead;
+    for (;;) {
+      COV_ASSIGN_OR_RETURN(bool row, read.Step());
+      if (!row) break;
+      RunLease l;
+      l.run_id = mine.run_id;
+      l.shard_index = static_cast<int>(read.Int(0));
+      l.shard_count = static_cast<int>(read.Int(1));
+      l.host = read.Text(2);
+      l.pid = read.Int(3);
+      l.process_start = read.Int(4);
+      l.acquired_at = read.Text(5);
+      l.renewed_at = read.Text(6);
+      l.age_seconds = read.Int(7);
+      if (!LeasesOverlap(l, mine)) continue;
+      if (is_live(l)) {
+        holder = std::move(l);
+        return Status::Ok();
+      }
+      dead.push_back(std::move(l));
+    }
+    COV_ASSIGN_OR_RETURN(auto del, db_->Prepare(
+        "DELETE FROM run_leases WHERE run_id = ?1 AND shard_index = ?2 AND shard_count = ?3"));
+    for (const RunLease& l : dead) {
+      COV_RETURN_IF_ERROR(del.Reset());
+      del.Bind(1, l.run_id).Bind(2, l.shard_index).Bind(3, l.shard_count);
+      COV_RETURN_IF_ERROR(del.Run());
+    }
+    COV_ASSIGN_OR_RETURN(auto ins, db_->Prepare(
+        "INSERT INTO run_leases(run_id, shard_index, shard_count, host, pid, process_start, acquired_at, renewed_at) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, strftime('%Y-%m-%dT%H:%M:%SZ','now'), strftime('%Y-%m-%dT%H:%M:%SZ','now'))"));
+    BindLease(ins, mine);
+    COV_RETURN_IF_ERROR(ins.Run());
+    if (taken_over) taken_over->insert(taken_over->end(), dead.begin(), dead.end());
+    return Status::Ok();
+  }).WithContext("taking the lease of run " + mine.run_id));
+  return holder;
+}
+
+Status Registry::RenewRunLease(const RunLease& mine) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "UPDATE run_leases SET renewed_at = strftime('%Y-%m-%dT%H:%M:%SZ','now') WHERE " + std::string(kLeaseRow)));
+  BindLease(stmt, mine);
+  COV_RETURN_IF_ERROR(stmt.Run().WithContext("renewing the lease of run " + mine.run_id));
+  if (db_->Changes() != 1) {
+    return Status::AlreadyExists("run '" + mine.run_id + "' was taken over by another process while this one wrote it " +
+                                 "(its lease was not renewed in time); stopping so that one process writes it");
+  }
+  return Status::Ok();
+}
+
+Status Registry::ReleaseRunLease(const RunLease& mine) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "DELETE FROM run_leases WHERE " + std::string(kLeaseRow)));
+  BindLease(stmt, mine);
+  return stmt.Run().WithContext("giving back the lease of run " + mine.run_id);
+}
+
 Status Registry::MarkInFlight(const std::string& run_id, const std::string& item, const std::string& host,
                               int64_t pid) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(

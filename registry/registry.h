@@ -107,6 +107,19 @@ struct RunRecord {
   std::string config_json;  // the effective options of the run
 };
 
+// Who writes a run (or one shard of it) now: see Registry::AcquireRunLease.
+struct RunLease {
+  std::string run_id;
+  int shard_index = 0;  // 0 of 0: the whole run
+  int shard_count = 0;
+  std::string host;
+  int64_t pid = 0;
+  int64_t process_start = 0;  // the holder's start time, to tell a reused pid apart
+  std::string acquired_at;    // read back: ISO-8601 UTC
+  std::string renewed_at;
+  int64_t age_seconds = 0;    // read back: seconds since renewed_at
+};
+
 struct ResultRecord {
   std::string run_id;
   int64_t case_id = 0;
@@ -395,6 +408,21 @@ class Registry {
   Status StartShard(const std::string& run_id, int shard_index, int shard_count, const std::string& host,
                     const std::string& started_at);
   Status FinishShard(const std::string& run_id, int shard_index, int shard_count, const std::string& finished_at);
+
+  // Run leases: one live writer per run id, or per shard of it. In one
+  // transaction, looks at the leases that overlap `mine` (the whole run
+  // overlaps every shard; shards of one count overlap only at the same
+  // index; shards of different counts overlap). A holder `is_live` says is
+  // running wins: it is returned and nothing changes. Dead holders' leases
+  // are deleted (appended to `taken_over`) and `mine` is stored: nullopt.
+  Result<std::optional<RunLease>> AcquireRunLease(const RunLease& mine,
+                                                  const std::function<bool(const RunLease&)>& is_live,
+                                                  std::vector<RunLease>* taken_over);
+  // Moves renewed_at to now; AlreadyExists when the lease is no longer `mine`'s
+  // (another process took it over).
+  Status RenewRunLease(const RunLease& mine);
+  // Gives the lease back (no error when it is gone already).
+  Status ReleaseRunLease(const RunLease& mine);
 
   // Marks `item` ("case:<id>", "model:<model>:<stage>") as sent to a worker;
   // recording its result clears the mark in the same transaction, so after a

@@ -465,6 +465,24 @@ DROP TABLE IF EXISTS builds;
 DROP TABLE IF EXISTS captures;
 )sql";
 
+// Version 9: one live writer per run id (and shard). A stage run takes the
+// lease of (run, shard) before it writes and gives it back when it ends; a
+// lease left by a killed process is taken over (stages/stage_run.cc, Note
+// [Run leases]). Leases are this file's own: merge does not copy them.
+constexpr std::string_view kV9 = R"sql(
+CREATE TABLE run_leases (
+  run_id        TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
+  shard_index   INTEGER NOT NULL,       -- 0 with shard_count 0: the whole run
+  shard_count   INTEGER NOT NULL,
+  host          TEXT NOT NULL,
+  pid           INTEGER NOT NULL,
+  process_start INTEGER NOT NULL,       -- the holder's start time (clock ticks after boot): a reused pid is not the holder
+  acquired_at   TEXT NOT NULL,
+  renewed_at    TEXT NOT NULL,          -- a holder on another host is dead when this is older than the lease's life
+  PRIMARY KEY (run_id, shard_index, shard_count)
+) WITHOUT ROWID;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -477,6 +495,7 @@ const std::vector<Migration>& Migrations() {
       {6, "attempts, flakiness, counters; cases in flight; shards of a run", kV6},
       {7, "programs captured from the real models: values, calls, provenance by call", kV7},
       {8, "the retired model builder's builds and captures dropped", kV8},
+      {9, "one live writer per run and shard: run leases", kV9},
   };
   return kMigrations;
 }

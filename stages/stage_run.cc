@@ -5,6 +5,9 @@
 #include <cctype>
 #include <chrono>
 #include <ctime>
+#include <fstream>
+#include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -29,7 +32,60 @@ nlohmann::json Member(const std::string& config_json, const std::string& name) {
   return j.is_object() && j.contains(name) ? j[name] : nlohmann::json();
 }
 
+// Note [Run leases]
+// Two processes writing one run id both run every case and store each result
+// twice over. So a stage run holds a lease row (run_leases, schema v9) for
+// its run, or its shard, from Open to its end. The holder is named by host,
+// pid and the pid's start time: on the same host a holder is alive while a
+// process with that pid and start time exists and has not exited (a reused
+// pid has another start time), so a lease left by a SIGKILL is taken over at
+// once, and the taker says so. A holder on another host (a registry on a
+// shared disk) cannot be looked at: its lease is alive while renewed within
+// kRunLeaseLifeSeconds; Begin renews it every kRunLeaseRenewSeconds, and a
+// holder that finds its lease taken over stops with an error rather than
+// write alongside the new one. Shards of one split hold separate leases, so
+// `--shard i/N` is how several processes write one run together.
+
+std::string Who(const registry::RunLease& l) {
+  return fmt::format("process {} on host '{}' (since {}, last renewed {})", l.pid, l.host, l.acquired_at,
+                     l.renewed_at);
+}
+
+std::string Part(const registry::RunLease& l) {
+  return l.shard_count == 0 ? std::string("run") : fmt::format("shard {}/{} of run", l.shard_index, l.shard_count);
+}
+
 }  // namespace
+
+std::optional<int64_t> ProcessStartTicks(int64_t pid) {
+  if (pid <= 0) return std::nullopt;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!in || !std::getline(in, stat)) return std::nullopt;
+  // "pid (comm) state ppid ... starttime ...": comm may hold spaces and
+  // parentheses, so the fields are counted from the last ')'.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string state;
+  fields >> state;
+  if (state == "Z" || state == "X" || state == "x") return std::nullopt;
+  std::string field;
+  for (int i = 4; i <= 22; ++i) {  // field 3 was the state; starttime is field 22
+    if (!(fields >> field)) return std::nullopt;
+  }
+  try {
+    return std::stoll(field);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+bool RunLeaseHolderIsLive(const registry::RunLease& lease, const std::string& host) {
+  if (lease.host != host) return lease.age_seconds < kRunLeaseLifeSeconds;
+  const auto started = ProcessStartTicks(lease.pid);
+  return started && *started == lease.process_start;
+}
 
 std::string NowIso8601() { return FormatTime("%Y-%m-%dT%H:%M:%SZ"); }
 
@@ -65,6 +121,34 @@ Result<StageRun> StageRun::Open(registry::Registry& registry, const std::string&
                                      " would mix results judged differently (pass the same options or a new --run id)");
     }
   }
+  registry::RunLease mine;
+  mine.run_id = run.id_;
+  if (options.shard.active()) {
+    mine.shard_index = options.shard.index;
+    mine.shard_count = options.shard.count;
+  }
+  mine.host = options.host;
+  mine.pid = getpid();
+  mine.process_start = ProcessStartTicks(mine.pid).value_or(0);
+  COV_ASSIGN_OR_RETURN(
+      auto holder, registry.AcquireRunLease(
+                       mine, [&](const registry::RunLease& l) { return RunLeaseHolderIsLive(l, options.host); },
+                       &run.taken_over_));
+  if (holder) {
+    return Status::AlreadyExists(fmt::format(
+        "{} '{}' is being written by {}: one run id has one writer at a time. Wait for it to end and resume with the "
+        "same --run, choose another --run id, or split the run with --shard i/N (each shard its own writer); "
+        "nothing was written",
+        Part(*holder), run.id_, Who(*holder)));
+  }
+  run.lease_ = mine;
+  if (options.notice) {
+    for (const auto& gone : run.taken_over_) {
+      options.notice(fmt::format("{} '{}': taking over from {}, which is no longer running", Part(gone), run.id_,
+                                 Who(gone)));
+    }
+  }
+  run.renewed_ = std::chrono::steady_clock::now();
   COV_ASSIGN_OR_RETURN(auto marks, registry.InFlight(run.id_));
   run.in_flight_.insert(marks.begin(), marks.end());
   if (options.shard.active()) {
@@ -74,7 +158,35 @@ Result<StageRun> StageRun::Open(registry::Registry& registry, const std::string&
   return run;
 }
 
+StageRun& StageRun::operator=(StageRun&& other) noexcept {
+  if (this == &other) return *this;
+  Release();
+  registry_ = other.registry_;
+  options_ = other.options_;
+  id_ = std::move(other.id_);
+  resumed_ = other.resumed_;
+  in_flight_ = std::move(other.in_flight_);
+  lease_ = std::exchange(other.lease_, std::nullopt);
+  renewed_ = other.renewed_;
+  taken_over_ = std::move(other.taken_over_);
+  return *this;
+}
+
+StageRun::~StageRun() { Release(); }
+
+void StageRun::Release() {
+  if (!lease_) return;
+  // A failure leaves a lease whose holder is gone: the next run takes it over.
+  (void)registry_->ReleaseRunLease(*lease_);
+  lease_.reset();
+}
+
 Status StageRun::Begin(const std::string& mark) {
+  const auto now = std::chrono::steady_clock::now();
+  if (lease_ && now - renewed_ >= std::chrono::seconds(kRunLeaseRenewSeconds)) {
+    COV_RETURN_IF_ERROR(registry_->RenewRunLease(*lease_));
+    renewed_ = now;
+  }
   return registry_->MarkInFlight(id_, mark, options_->host, getpid());
 }
 

@@ -7,15 +7,17 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
+#include "registry/registry.h"
 #include "stages/shard.h"
-
-namespace coverage::registry {
-class Registry;
-}
 
 namespace coverage::stages {
 
@@ -32,6 +34,7 @@ struct StageRunOptions {
   Shard shard;                          // run only this shard's items (stages/shard.h)
   bool progress = true;
   const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGINT) to stop after the current item
+  std::function<void(const std::string&)> notice;  // told what the user should know at once (a takeover)
 };
 
 class StageRun {
@@ -42,6 +45,12 @@ class StageRun {
   // ("replay" for the unit stage, "checks" for the model stages): results
   // judged two ways never mix. Loads the run's in-flight marks and, for a
   // shard, records its start.
+  //
+  // One process writes a run (or one shard of it) at a time: Open takes the
+  // run's lease and refuses, writing nothing, while another live process
+  // holds it; a lease whose holder is gone is taken over (taken_over()).
+  // The lease is renewed as items begin and given back when the StageRun is
+  // destroyed. Note [Run leases].
   static Result<StageRun> Open(registry::Registry& registry, const std::string& stage, const std::string& id_stage,
                                const std::string& judging, const StageRunOptions& options);
 
@@ -53,20 +62,46 @@ class StageRun {
   // its result ("case:<id>", "model:<id>:<stage>").
   bool WasInFlight(const std::string& mark) const { return in_flight_.count(mark) > 0; }
   bool StopRequested() const { return options_->stop != nullptr && options_->stop->load(); }
-  // Marks the item in flight before it is handed to an executor.
+  // Leases of processes that were gone, taken over by this one.
+  const std::vector<registry::RunLease>& taken_over() const { return taken_over_; }
+  // Marks the item in flight before it is handed to an executor (and
+  // renews the lease when it is due; an error when another process has
+  // taken the run over).
   Status Begin(const std::string& mark);
   // A shard finishes its part, a whole run the run; an interrupted
   // invocation finishes nothing.
   Status Finish(bool interrupted);
 
+  StageRun(StageRun&& other) noexcept { *this = std::move(other); }
+  StageRun& operator=(StageRun&& other) noexcept;
+  StageRun(const StageRun&) = delete;
+  StageRun& operator=(const StageRun&) = delete;
+  ~StageRun();
+
  private:
   StageRun(registry::Registry& registry, const StageRunOptions& options) : registry_(&registry), options_(&options) {}
-  registry::Registry* registry_;
-  const StageRunOptions* options_;
+  void Release();
+  registry::Registry* registry_ = nullptr;
+  const StageRunOptions* options_ = nullptr;
   std::string id_;
   bool resumed_ = false;
   std::set<std::string> in_flight_;
+  std::optional<registry::RunLease> lease_;
+  std::chrono::steady_clock::time_point renewed_;
+  std::vector<registry::RunLease> taken_over_;
 };
+
+// A lease held on another host is the holder's as long as it was renewed
+// within this many seconds; on this host the holder's process is looked at.
+inline constexpr int64_t kRunLeaseLifeSeconds = 600;
+inline constexpr int64_t kRunLeaseRenewSeconds = 60;
+
+// When process `pid` of this machine started (clock ticks after boot, as
+// /proc/<pid>/stat says); nullopt when there is no such process or it has
+// exited (a zombie). A pid with another start time is another process.
+std::optional<int64_t> ProcessStartTicks(int64_t pid);
+// Whether the lease's holder still runs, seen from `host` (Note [Run leases]).
+bool RunLeaseHolderIsLive(const registry::RunLease& lease, const std::string& host);
 
 // "20261130T014233512Z-cpu-unit-4242" style ids (UTC time to the
 // millisecond, backend, stage, process id).

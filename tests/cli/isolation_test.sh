@@ -3,6 +3,8 @@
 #   - a run killed with SIGKILL at several random points and resumed with its
 #     run id ends with results identical to an uninterrupted run (no case lost,
 #     none twice), and leaves no worker process behind;
+#   - one run id has one live writer: a second process with the same --run is
+#     refused while the first runs, and takes the run over once it is killed;
 #   - shards 0..N-1 (deploy/local/run_shards.sh) merged equal the unsharded run,
 #     and merging again changes nothing;
 #   - a fault campaign on the simulated device: crash, abort, hang, wrong
@@ -71,6 +73,26 @@ results "$DB" killed > "$TMP/killed.txt"
 check "killed-and-resumed results equal the uninterrupted run" cmp -s "$TMP/whole.txt" "$TMP/killed.txt"
 check "nothing left in flight" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM in_flight WHERE run_id = 'killed'")" -eq 0
 check "the killed run is finished" test -n "$(sqlite3 "$DB" "SELECT finished_at FROM runs WHERE run_id = 'killed'")"
+
+# 2b. One live writer per run id (a lease in the registry): a second process
+# on the same run is refused while the first writes, nothing of it stored;
+# once the first is killed, the next one takes the run over and says so.
+dual() { sqlite3 "$DB" "SELECT COUNT(*) FROM results WHERE run_id = 'dual'" 2>/dev/null || echo 0; }
+"$BIN" -q --registry "$DB" run --stage=unit --run dual > "$TMP/dual1.out" 2>&1 &
+first=$!
+while kill -0 "$first" 2>/dev/null && [ "$(dual)" -lt 3 ]; do sleep 0.02; done
+"$BIN" -q --registry "$DB" run --stage=unit --run dual > "$TMP/dual2.out" 2>&1
+check "a second writer of one run id is refused" test $? -eq 2
+check "the refusal names the writer" contains "$TMP/dual2.out" "run 'dual' is being written by process $first on host"
+check "the refusal says what to do" contains "$TMP/dual2.out" "split the run with --shard i/N"
+kill -9 "$first" 2>/dev/null
+wait "$first" 2>/dev/null
+"$BIN" -q --registry "$DB" run --stage=unit --run dual > "$TMP/dual3.out" 2>&1
+check "the run is taken over from the killed writer" test $? -eq 0
+check "the takeover is said" contains "$TMP/dual3.out" "run 'dual': taking over from process $first on host"
+results "$DB" dual > "$TMP/dual.txt"
+check "taken-over results equal the uninterrupted run" cmp -s "$TMP/whole.txt" "$TMP/dual.txt"
+check "no lease is left behind" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM run_leases")" -eq 0
 
 # 3. Shards merged equal the unsharded run.
 cp "$DB" "$TMP/merged.db"

@@ -1,3 +1,5 @@
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "registry/registry.h"
@@ -197,7 +199,7 @@ TEST(Registry, TheRetiredBuildersTablesAreDroppedAndCapturedCasesKept) {
                     .ok());
   }
   auto r = OpenFresh(dir);
-  EXPECT_EQ(r->schema_version(), 8);
+  EXPECT_EQ(r->schema_version(), LatestSchemaVersion());
   auto q = r->Query(
       "SELECT name FROM sqlite_master WHERE name IN ('builds', 'captures', 'v_build_coverage', 'v_build_failures')");
   ASSERT_TRUE(q.has_value());
@@ -281,6 +283,66 @@ TEST(Registry, RunsResumeWithTheSameStageOnly) {
   auto clash = r->CreateOrResumeRun(run, &resumed);
   ASSERT_FALSE(clash.has_value());
   EXPECT_NE(clash.error().message().find("r1"), std::string::npos);
+}
+
+// A lease per run, or per shard: a live holder keeps it, a dead one loses it
+// to the next taker, and only the holder renews or gives it back.
+TEST(Registry, RunLeasesGoToOneLiveHolderAndAreTakenOverFromDeadOnes) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  RunRecord run{.run_id = "r1", .stage = "unit", .backend = "cpu", .started_at = "2026-11-30T00:00:00Z"};
+  ASSERT_TRUE(r->CreateOrResumeRun(run, nullptr).has_value());
+  auto lease = [](int index, int count, int64_t pid) {
+    return RunLease{.run_id = "r1", .shard_index = index, .shard_count = count, .host = "h", .pid = pid,
+                    .process_start = 7};
+  };
+  std::set<int64_t> live = {100, 200};
+  auto is_live = [&](const RunLease& l) { return live.count(l.pid) > 0; };
+  std::vector<RunLease> gone;
+
+  auto first = r->AcquireRunLease(lease(0, 0, 100), is_live, &gone);
+  ASSERT_TRUE(first.has_value()) << first.error().ToString();
+  EXPECT_FALSE(first->has_value()) << "the first taker gets the lease";
+  auto second = r->AcquireRunLease(lease(0, 0, 200), is_live, &gone);
+  ASSERT_TRUE(second.has_value());
+  ASSERT_TRUE(second->has_value()) << "a live holder keeps it";
+  EXPECT_EQ((*second)->pid, 100);
+  EXPECT_EQ((*second)->host, "h");
+  EXPECT_FALSE((*second)->acquired_at.empty());
+  EXPECT_LE((*second)->age_seconds, 5);
+  EXPECT_TRUE(gone.empty());
+  EXPECT_EQ(CountRows(*r, "run_leases"), 1) << "a refused taker writes nothing";
+  // A shard overlaps the whole run.
+  ASSERT_TRUE(r->AcquireRunLease(lease(0, 2, 200), is_live, &gone)->has_value());
+
+  live.erase(100);  // the holder died
+  auto taken = r->AcquireRunLease(lease(0, 2, 200), is_live, &gone);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_FALSE(taken->has_value());
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].pid, 100);
+  EXPECT_EQ(gone[0].shard_count, 0);
+  // The dead holder can neither renew nor give back the new holder's lease.
+  Status renew = r->RenewRunLease(lease(0, 0, 100));
+  ASSERT_FALSE(renew.ok());
+  EXPECT_NE(renew.message().find("run 'r1' was taken over by another process"), std::string::npos) << renew.message();
+  ASSERT_TRUE(r->ReleaseRunLease(lease(0, 0, 100)).ok());
+  EXPECT_EQ(CountRows(*r, "run_leases"), 1);
+  EXPECT_TRUE(r->RenewRunLease(lease(0, 2, 200)).ok());
+
+  // Shards of one split are separate writers; another split or the same
+  // index is not.
+  live.insert(300);
+  EXPECT_FALSE(r->AcquireRunLease(lease(1, 2, 300), is_live, &gone)->has_value());
+  EXPECT_TRUE(r->AcquireRunLease(lease(1, 3, 300), is_live, &gone)->has_value());
+  EXPECT_TRUE(r->AcquireRunLease(lease(0, 2, 300), is_live, &gone)->has_value());
+  EXPECT_TRUE(r->AcquireRunLease(lease(0, 0, 300), is_live, &gone)->has_value());
+  EXPECT_EQ(CountRows(*r, "run_leases"), 2);
+
+  ASSERT_TRUE(r->ReleaseRunLease(lease(0, 2, 200)).ok());
+  ASSERT_TRUE(r->ReleaseRunLease(lease(1, 2, 300)).ok());
+  EXPECT_EQ(CountRows(*r, "run_leases"), 0);
+  EXPECT_TRUE(r->ReleaseRunLease(lease(1, 2, 300)).ok()) << "giving back twice is no error";
 }
 
 TEST(Registry, RecordingAResultTwiceReplacesIt) {
