@@ -66,10 +66,11 @@ int RunSelectCommand(const GlobalOptions& global, const SelectFlags& flags) {
   if (!result) return ReportError(result.error().WithContext("select"));
   const auto& sel = result->selection;
   const auto& c = sel.coverage;
-  std::printf("selection %lld: %zu representatives of %lld models (%lld distinct; k = %d, seed = %llu)\n",
-              static_cast<long long>(result->selection_id), sel.representatives.size(),
-              static_cast<long long>(c.models), static_cast<long long>(c.distinct_points), result->k,
-              static_cast<unsigned long long>(flags.seed));
+  std::printf("selection %lld%s: %zu representatives of %lld models (%lld distinct; k = %d, seed = %llu)\n",
+              static_cast<long long>(result->selection_id),
+              result->unchanged ? " (unchanged: the newest stored selection is this one, kept as it is)" : "",
+              sel.representatives.size(), static_cast<long long>(c.models), static_cast<long long>(c.distinct_points),
+              result->k, static_cast<unsigned long long>(flags.seed));
   if (result->failed_features > 0) {
     std::printf("  left out: %lld models whose config could not be read\n",
                 static_cast<long long>(result->failed_features));

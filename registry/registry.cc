@@ -327,10 +327,67 @@ Status Registry::ForEachFeature(int version, const std::function<Status(const Fe
   }
 }
 
+namespace {
+
+// Whether the newest stored selection is `selection` with these
+// representatives and members; its id in *id when it is.
+Result<bool> SameAsNewestSelection(Database& db, const SelectionRecord& selection,
+                                   const std::vector<RepresentativeRecord>& reps,
+                                   const std::vector<MemberRecord>& members, int64_t* id) {
+  COV_ASSIGN_OR_RETURN(auto sel, db.Prepare(
+      "SELECT selection_id, k, seed, feature_version, models, coverage_json, warnings_json FROM selections "
+      "ORDER BY selection_id DESC LIMIT 1"));
+  COV_ASSIGN_OR_RETURN(bool row, sel.Step());
+  if (!row || sel.Int(1) != selection.k || sel.Int(2) != static_cast<int64_t>(selection.seed) ||
+      sel.Int(3) != selection.feature_version || sel.Int(4) != selection.models ||
+      sel.Text(5) != selection.coverage_json || sel.Text(6) != selection.warnings_json) {
+    return false;
+  }
+  *id = sel.Int(0);
+  COV_ASSIGN_OR_RETURN(auto rep, db.Prepare(
+      "SELECT rank, model_id, reason, distance_when_chosen, stands_for, downloads_represented FROM representatives "
+      "WHERE selection_id = ?1 ORDER BY rank"));
+  rep.Bind(1, *id);
+  size_t i = 0;
+  for (;; ++i) {
+    COV_ASSIGN_OR_RETURN(bool more, rep.Step());
+    if (!more) break;
+    if (i >= reps.size()) return false;
+    const RepresentativeRecord& r = reps[i];
+    if (rep.Int(0) != r.rank || rep.Text(1) != r.model_id || rep.Text(2) != r.reason ||
+        rep.Double(3) != r.distance_when_chosen || rep.Int(4) != r.stands_for ||
+        rep.Int(5) != r.downloads_represented) {
+      return false;
+    }
+  }
+  if (i != reps.size()) return false;
+  std::map<std::string, std::pair<int, double>> want;
+  for (const MemberRecord& m : members) want[m.model_id] = {m.representative_rank, m.distance};
+  COV_ASSIGN_OR_RETURN(auto mem, db.Prepare(
+      "SELECT model_id, representative_rank, distance FROM selection_members WHERE selection_id = ?1"));
+  mem.Bind(1, *id);
+  size_t seen = 0;
+  for (;; ++seen) {
+    COV_ASSIGN_OR_RETURN(bool more, mem.Step());
+    if (!more) break;
+    auto it = want.find(mem.Text(0));
+    if (it == want.end() || it->second != std::make_pair(static_cast<int>(mem.Int(1)), mem.Double(2))) return false;
+  }
+  return seen == want.size();
+}
+
+}  // namespace
+
 Result<int64_t> Registry::StoreSelection(const SelectionRecord& selection, const std::vector<RepresentativeRecord>& reps,
-                                         const std::vector<MemberRecord>& members) {
+                                         const std::vector<MemberRecord>& members, bool* unchanged) {
   int64_t id = 0;
+  if (unchanged) *unchanged = false;
   COV_RETURN_IF_ERROR(InTransaction(*db_, [&]() -> Status {
+    COV_ASSIGN_OR_RETURN(bool same, SameAsNewestSelection(*db_, selection, reps, members, &id));
+    if (same) {
+      if (unchanged) *unchanged = true;
+      return Status::Ok();
+    }
     COV_ASSIGN_OR_RETURN(auto sel, db_->Prepare(
         "INSERT INTO selections (k, seed, feature_version, models, coverage_json, warnings_json) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"));

@@ -363,9 +363,12 @@ class Registry {
   // order; stops at the first error `fn` returns.
   Status ForEachFeature(int version, const std::function<Status(const FeatureRecord&)>& fn);
   // Stores a selection with its representatives and members in one
-  // transaction; returns its selection_id.
+  // transaction; returns its selection_id. When the newest stored selection
+  // is the same in every field, representative and member (a rerun of the
+  // same select, e.g. after one killed once it had stored), nothing is
+  // written: its id is returned and *unchanged set.
   Result<int64_t> StoreSelection(const SelectionRecord& selection, const std::vector<RepresentativeRecord>& reps,
-                                 const std::vector<MemberRecord>& members);
+                                 const std::vector<MemberRecord>& members, bool* unchanged = nullptr);
 
   // The representatives of selection `selection_id` (0: the newest) in rank
   // order. NotFound when there is no such selection.

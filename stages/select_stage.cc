@@ -116,7 +116,7 @@ Result<SelectSummary> RunSelect(registry::Registry& registry, const SelectOption
                          out.selection.representatives[out.selection.nearest[m]].rank, out.selection.distance[m]});
     }
   }
-  COV_ASSIGN_OR_RETURN(out.selection_id, registry.StoreSelection(record, reps, members));
+  COV_ASSIGN_OR_RETURN(out.selection_id, registry.StoreSelection(record, reps, members, &out.unchanged));
   return out;
 }
 

@@ -53,6 +53,7 @@ struct SelectOptions {
 
 struct SelectSummary {
   int64_t selection_id = 0;
+  bool unchanged = false;       // the newest stored selection was this one: nothing was stored again
   int k = 0;                    // the k selected with (options.k, or the families with per_family)
   int64_t failed_features = 0;  // models left out: their config (or stored features) could not be read
   std::vector<std::string> unreadable;  // the first few stored feature rows that did not read back

@@ -8,9 +8,13 @@
 #include <tuple>
 #include <memory>
 
+#include <cstdio>
+
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "registry/registry.h"
+#include "reports/escape.h"
 #include "reports/report.h"
 #include "tests/support/case_builder.h"
 #include "tests/support/temp_dir.h"
@@ -251,6 +255,62 @@ TEST_F(ReportBuild, CaseCarriesItsOpDtypesProvenanceAndRepro) {
   EXPECT_EQ(c.families, (std::vector<std::string>{"bert", "llama"}));
   EXPECT_EQ(c.repro, "coverage --registry '/data/my registry.db' repro " + c.key);
   EXPECT_EQ(c.run_id, "now");
+}
+
+// A run id no CLI would take (a registry written by other tools, or before
+// run ids were checked) and a registry path full of shell and markup
+// characters: every writer escapes them, and the printed repro command, run
+// by a shell, gives back exactly the path and key.
+TEST_F(ReportBuild, HostileRunIdsAndPrintedCommandsAreEscapedInEveryWriter) {
+  const std::string run = "<script>alert('run')</script> & \"q\"";
+  const std::string path = "/tmp/it's \"a\" <b>&amp; $(touch pwned) `x`/r.db";
+  const int64_t mm = Case(MmCase(1, 8, 8));
+  Run("base", "unit", "2026-01-01T00:00:00Z");
+  Record("base", mm, Outcome::kPass, {.err = 0.0});
+  Run(run, "unit", "2026-01-02T00:00:00Z");
+  Record(run, mm, Outcome::kMismatch, {.err = 0.5}, "max abs error </script><script>alert(1)</script>");
+  ReportOptions o;
+  o.run_ids = {run};
+  o.baseline_run_ids = {"base"};
+  o.registry_path = path;
+  const Report r = Build(o);
+  const CaseEntry& c = Entry(r, mm);
+  ASSERT_EQ(c.run_id, run);
+
+  // The command a user pastes: a shell gives back the path and key as words.
+  std::string shell = c.repro;
+  ASSERT_EQ(shell.rfind("coverage ", 0), 0u) << shell;
+  shell.replace(0, 8, "printf '%s\\n'");
+  FILE* pipe = popen(shell.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string words;
+  char buf[256];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) words.append(buf, n);
+  ASSERT_EQ(pclose(pipe), 0);
+  EXPECT_EQ(words, "--registry\n" + path + "\nrepro\n" + c.key + "\n");
+
+  const nlohmann::json j = nlohmann::json::parse(ReportToJson(r));
+  EXPECT_EQ(j["registry"], path);
+  EXPECT_EQ(j["runs"][0]["run_id"], run);
+  ASSERT_EQ(j["regressions"].size(), 1u);
+  EXPECT_EQ(j["regressions"][0]["run_id"], run);
+  EXPECT_EQ(j["regressions"][0]["repro"], c.repro);
+
+  const std::string xml = ReportToJUnit(r);
+  EXPECT_EQ(xml.find("<script"), std::string::npos);
+  EXPECT_EQ(xml.find("<b>"), std::string::npos);
+  EXPECT_NE(xml.find(EscapeXml(c.repro)), std::string::npos) << "the repro command, escaped";
+
+  const std::string html = ReportToHtml(r);
+  EXPECT_EQ(html.find("<script>alert('run')"), std::string::npos);
+  EXPECT_EQ(html.find("<b>&amp;"), std::string::npos);
+  EXPECT_EQ(html.find("</script><script>alert(1)"), std::string::npos);
+  EXPECT_NE(html.find(EscapeHtml(run)), std::string::npos) << "the run id is shown, escaped";
+  EXPECT_NE(html.find(EscapeHtml(c.repro)), std::string::npos) << "the repro command is shown, escaped";
+  // Only the report's own two script elements: the data and the code.
+  size_t scripts = 0;
+  for (size_t at = html.find("<script"); at != std::string::npos; at = html.find("<script", at + 1)) ++scripts;
+  EXPECT_EQ(scripts, 2u);
 }
 
 TEST_F(ReportBuild, NoBaselineIsAWarningAndNoBaselineEverywhere) {

@@ -174,11 +174,28 @@ TEST(SelectStage, StoresTheSelectionWithReasonsAndMembers) {
   EXPECT_EQ(coverage.at("coarse_covered").get<int64_t>(), std::min<int64_t>(40, coverage.at("coarse_total")));
   EXPECT_EQ(stored->rows[0][1], "40");
   EXPECT_EQ(stored->rows[0][2], "3");
-  // The same inputs choose the same models.
+  EXPECT_FALSE(s->unchanged);
+  // The same inputs choose the same models: a rerun (say, of a select killed
+  // after it stored) keeps the stored selection instead of a second copy.
   auto again = RunSelect(**reg, options);
   ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(again->unchanged);
+  EXPECT_EQ(again->selection_id, s->selection_id);
+  EXPECT_EQ(Count(**reg, "SELECT COUNT(*) FROM selections"), 1);
+  EXPECT_EQ(Count(**reg, "SELECT COUNT(*) FROM selection_members"), models);
+  // Other inputs make a new selection, and going back to the first inputs
+  // stores them again as the newest.
+  options.k = 20;
+  auto fewer = RunSelect(**reg, options);
+  ASSERT_TRUE(fewer.has_value());
+  EXPECT_FALSE(fewer->unchanged);
+  EXPECT_EQ(fewer->selection_id, s->selection_id + 1);
+  options.k = 40;
+  auto back = RunSelect(**reg, options);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_FALSE(back->unchanged);
   EXPECT_EQ(Count(**reg, "SELECT COUNT(*) FROM representatives a JOIN representatives b ON a.rank = b.rank AND "
-                         "a.model_id = b.model_id AND a.selection_id = 1 AND b.selection_id = 2"),
+                         "a.model_id = b.model_id AND a.selection_id = 1 AND b.selection_id = 3"),
             static_cast<int64_t>(s->selection.representatives.size()));
 }
 
