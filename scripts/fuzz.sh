@@ -8,12 +8,18 @@
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]    e.g. bash scripts/fuzz.sh 600 op_case
 #
 # FUZZ_JOBS (default 2) builds with that many jobs; the targets run one at a
-# time, each on one core.
+# time, each on one core. FUZZ_RUNS=N stops each target after N executions
+# instead (SECONDS is then ignored): FUZZ_RUNS=10000000 bash scripts/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${1:-20}
 shift || true
+limit=(-max_total_time="$seconds")
+if [[ -n ${FUZZ_RUNS:-} ]]; then
+  [[ $FUZZ_RUNS =~ ^[1-9][0-9]{0,11}$ ]] || { echo "fuzz: FUZZ_RUNS '$FUZZ_RUNS' is not a positive whole number" >&2; exit 1; }
+  limit=(-runs="$FUZZ_RUNS")
+fi
 all=(op_case worker_protocol hub_listing hub_headers config_features program expectations tolerances)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
@@ -38,7 +44,7 @@ for t in "${targets[@]}"; do
   rm -rf "$work" && mkdir -p "$work" "$artifacts" "$(dirname "$log")"
   cp fuzz/corpus/$t/* "$work/"
   rc=0
-  "$bin" "$work" -dict=fuzz/json.dict -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  "$bin" "$work" -dict=fuzz/json.dict "${limit[@]}" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1 || rc=$?
   runs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log" | tail -1)
   took=$(sed -nE 's/^stat::average_exec_per_sec: *([0-9]+).*/\1/p' "$log" | tail -1)
