@@ -82,8 +82,19 @@ Result<ComparisonOptions> ComparisonOptions::FromJson(std::string_view text, std
     } else if (key == "ops") {
       if (!value.is_object()) return Status::InvalidArgument(src + ": ops: expected an object keyed by op name");
       for (const auto& [op, table] : value.items()) {
-        if (op.find("::") == std::string::npos) {
+        const size_t colons = op.find("::");
+        if (colons == std::string::npos) {
           return Status::InvalidArgument(src + ": ops: '" + op + "' must be a qualified name such as aten::" + op);
+        }
+        // namespace::name or namespace::name.overload, no part empty: a key
+        // such as "aten::softmax." would never match a call.
+        const std::string name = op.substr(colons + 2);
+        const size_t dot = name.find('.');
+        if (colons == 0 || name.empty() || name.find("::") != std::string::npos || dot == 0 ||
+            (dot != std::string::npos && (dot + 1 == name.size() || name.find('.', dot + 1) != std::string::npos))) {
+          return Status::InvalidArgument(src + ": ops: '" + op +
+                                         "' is not an op name: write namespace::name or namespace::name.overload, "
+                                         "e.g. aten::softmax or aten::add.Tensor");
         }
         OpToleranceOverride ov;
         ov.tolerances = o.tolerances;  // partial overrides start from the defaults

@@ -326,6 +326,24 @@ TEST(ComparisonOptions, NotJsonNamesTheLineAndColumn) {
       << o.error().message();
 }
 
+// Found by fuzzing: "aten::softmax." was stored as an override no call
+// could ever match (For("aten::softmax", "") looks up "aten::softmax").
+TEST(ComparisonOptions, OpKeysThatCanNeverMatchAreRefused) {
+  for (const char* op : {"aten::softmax.", "aten::.int", "::softmax", "aten::", "aten::add.Tensor.out",
+                         "aten::x::y"}) {
+    const std::string text = std::string(R"({"ops": {")") + op + R"(": {"f32": {"rtol": 1}}}})";
+    auto o = ComparisonOptions::FromJson(text, "tol.json");
+    ASSERT_FALSE(o.has_value()) << op;
+    EXPECT_NE(o.error().message().find("tol.json: ops: '" + std::string(op) + "' is not an op name"),
+              std::string::npos)
+        << o.error().message();
+  }
+  for (const char* op : {"aten::softmax", "aten::add.Tensor", "prims::_foo.out"}) {
+    const std::string text = std::string(R"({"ops": {")") + op + R"(": {"f32": {"rtol": 1}}}})";
+    EXPECT_TRUE(ComparisonOptions::FromJson(text, "tol.json").has_value()) << op;
+  }
+}
+
 TEST(ComparisonOptions, BadConfigNamesTheKey) {
   for (const char* bad : {R"({"dtypes": {"f33": {"rtol": 1}}})", R"({"dtypes": {"f32": {"rtol": -1}}})",
                           R"({"ops": {"softmax": {}}})", R"({"typo": 1})", "not json",
