@@ -20,6 +20,9 @@ from .encode import (Unsupported, domain_of, encode_scalar, is_tensor_list_type,
 
 # Bookkeeping, not computation: record_function ranges (Optimizer.step).
 _UNRECORDED_NAMESPACES = {"profiler"}
+# Calls whose outputs hold whatever the allocator left in the memory.
+_UNINITIALISED_FACTORIES = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                            "aten::new_empty_strided", "aten::empty_permuted"}
 
 
 class ValueTable:
@@ -38,7 +41,25 @@ class ValueTable:
         self._ids = WeakIdKeyDictionary()
         self._leaves = WeakIdKeyDictionary()
         self._domains: dict[int, tuple[int, int, dict]] = {}
+        # Tensors over memory nothing has written yet, with their version
+        # then: an in-place write moves the version on.
+        self._unwritten = WeakIdKeyDictionary()
         self.count = 0
+
+    def mark_unwritten(self, t: torch.Tensor) -> None:
+        try:
+            self._unwritten[t] = t._version
+        except RuntimeError:  # inference tensors have no version counter
+            pass
+
+    def is_unwritten(self, t: torch.Tensor) -> bool:
+        version = self._unwritten.get(t)
+        if version is None:
+            return False
+        try:
+            return t._version == version
+        except RuntimeError:
+            return False
 
     def register_leaf(self, t: torch.Tensor, kind: str, name: str, init: dict | None = None) -> None:
         if t not in self._ids and t not in self._leaves:
@@ -51,9 +72,13 @@ class ValueTable:
         return vid
 
     def domain(self, t: torch.Tensor, vid: int):
-        """The domain of t's current values, or None where they are unknown."""
+        """The domain of t's current values, or None where they are unknown
+        (including memory nothing wrote: its values are the allocator's
+        leftovers, different from run to run)."""
         if t.dtype == torch.bool:
             return {"kind": "bool"}
+        if self.is_unwritten(t):
+            return None
         data = t
         if t.is_meta:
             data = self._shadows.get(t) if self._shadows is not None else None
@@ -275,6 +300,21 @@ class ProgramRecorder(TorchDispatchMode):
                     outputs.append({"kind": "none", "unsupported": str(e)})
         return outputs, tensors
 
+    def _track_unwritten(self, op, args, kwargs, outputs) -> None:
+        """Marks outputs over unwritten memory: those of empty* factories and
+        views (detach, view, slices) of still-unwritten inputs."""
+        if not outputs:
+            return
+        if op in _UNINITIALISED_FACTORIES:
+            for t in outputs:
+                self._values.mark_unwritten(t)
+            return
+        sources = [t for t in tree_flatten((args, kwargs))[0]
+                   if isinstance(t, torch.Tensor) and self._values.is_unwritten(t)]
+        for t in outputs:
+            if any(torch._C._is_alias_of(t, s) for s in sources):
+                self._values.mark_unwritten(t)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not self.recording or func.namespace in _UNRECORDED_NAMESPACES:
@@ -286,6 +326,7 @@ class ProgramRecorder(TorchDispatchMode):
         out = self._run_call(func, args, kwargs)
         outputs, tensors = self._describe_outputs(out)
         op, overload = op_names(func)
+        self._track_unwritten(op, args, kwargs, tensors)
         record = {"type": "call", "index": self.calls, "op": op, "overload": overload}
         if unsupported is not None:
             record["unsupported"] = unsupported

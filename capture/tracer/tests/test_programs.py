@@ -7,6 +7,8 @@ import torch
 
 from conftest import CONFIGS, calls, run, values
 
+from coverage_tracer.recorder import ModuleStack, ProgramRecorder, ValueTable
+
 SDPA_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
 
 
@@ -67,6 +69,28 @@ def test_token_ids_carry_integer_domains():
     assert embedding["args"][1]["domain"] == {"kind": "integer", "lo": 0, "hi": 128}
     (mask,) = values(records, kind="input", name="attention_mask")
     assert mask["domain"] == {"kind": "integer", "lo": 1, "hi": 2}
+
+
+def test_unwritten_memory_carries_no_domain():
+    """torch.empty* memory holds the allocator's leftovers, which differ from
+    run to run: a call reading it (or a view of it) before anything wrote it
+    gets no domain, so the same model captures the same cases every time."""
+    records = []
+    table = ValueTable(records.append)
+    recorder = ProgramRecorder(lambda f, a, k: f(*a, **k), table, ModuleStack(), records.append, None)
+    order = torch.arange(8)
+    with recorder:
+        recorder.recording = True
+        unwritten = torch.empty_like(order)
+        view = unwritten.detach()
+        view.index_put_((order,), order)
+        view.clone()
+    by_op = {c["op"]: c for c in calls(records)}
+    assert "domain" not in by_op["aten::detach"]["args"][0]
+    assert "domain" not in by_op["aten::index_put_"]["args"][0]
+    assert by_op["aten::index_put_"]["args"][1]["items"][0]["domain"] == {"kind": "integer", "lo": 0, "hi": 8}
+    # Written: the clone reads real values again.
+    assert by_op["aten::clone"]["args"][0]["domain"] == {"kind": "integer", "lo": 0, "hi": 8}
 
 
 def test_parameters_carry_init_rules():
