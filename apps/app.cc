@@ -104,6 +104,12 @@ Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& gl
   return registry::Registry::Open(global.registry_path, options);
 }
 
+std::string TracerPython(const GlobalOptions& global, const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const char* env = std::getenv("COVERAGE_PYTHON");
+  return env && *env ? std::string(env) : global.home + "/.venv/bin/python";
+}
+
 std::string GitRevision(const std::string& home) {
   if (const char* env = std::getenv("COVERAGE_GIT_REVISION"); env && *env) return env;
   std::string cmd = "git -C '" + home + "' rev-parse --short HEAD 2>/dev/null";

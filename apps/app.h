@@ -58,6 +58,9 @@ Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& gl
                                                          bool create = false);
 
 std::string GitRevision(const std::string& home);
+// The Python the tracer runs in: `flag` (--python) when given, else
+// $COVERAGE_PYTHON, else <home>/.venv/bin/python.
+std::string TracerPython(const GlobalOptions& global, const std::string& flag);
 std::string HostName();
 
 // Applies process-wide settings (threads) before torch work starts.
@@ -103,6 +106,7 @@ struct WrittenReports {
 Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Registry& reg, const ReportRequest& request);
 
 void AddCaptureCommand(CLI::App& app, GlobalOptions& global);
+void AddImportCommand(CLI::App& app, GlobalOptions& global);
 void AddNightlyCommand(CLI::App& app, GlobalOptions& global);
 void AddReportCommand(CLI::App& app, GlobalOptions& global);
 void AddMergeCommand(CLI::App& app, GlobalOptions& global);

@@ -129,10 +129,7 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   }
   for (const auto& p : *profiles) options.profiles.push_back({p.name, p.families});
   capture::TracerSettings& t = options.tracer;
-  const char* env_python = std::getenv("COVERAGE_PYTHON");
-  t.python = !flags.python.empty() ? flags.python
-             : (env_python && *env_python) ? std::string(env_python)
-                                           : global.home + "/.venv/bin/python";
+  t.python = TracerPython(global, flags.python);
   t.package_dir = global.home + "/capture/tracer";
   t.profiles_path = profiles_path;
   t.max_layers = flags.max_layers;

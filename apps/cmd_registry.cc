@@ -26,6 +26,7 @@ struct FilterFlags {
   std::optional<double> min_flops;
   std::optional<double> max_flops;
   std::string profile;
+  std::string source;
   int64_t limit = 0;
   std::string format = "table";
   std::string out;
@@ -43,6 +44,9 @@ void AddFilterFlags(CLI::App* cmd, FilterFlags& f) {
   cmd->add_option("--min-flops", f.min_flops, "Estimated FLOPs at least")->check(FiniteRange(0, 1e30));
   cmd->add_option("--max-flops", f.max_flops, "Estimated FLOPs at most")->check(FiniteRange(0, 1e30));
   cmd->add_option("--profile", f.profile, "Captured under this input profile (prefill, decode, ...)");
+  cmd->add_option("--source", f.source,
+                  "captured (from a model) or opinfo (from an OpInfo sample, `coverage import opinfo`)")
+      ->check(CLI::IsMember({"captured", "opinfo"}));
 }
 
 Result<registry::CaseFilter> ToFilter(const FilterFlags& f) {
@@ -60,6 +64,7 @@ Result<registry::CaseFilter> ToFilter(const FilterFlags& f) {
   filter.min_flops = f.min_flops;
   filter.max_flops = f.max_flops;
   filter.profile = f.profile;
+  filter.source = f.source;
   filter.limit = f.limit;
   return filter;
 }
@@ -188,6 +193,7 @@ int RunStats(const GlobalOptions& global, const FilterFlags& flags) {
 
   struct OpStats {
     int64_t cases = 0, calls = 0;
+    int64_t captured = 0, opinfo = 0;  // cases by source (a case may have both)
     double flops = 0;
     std::set<std::string> models;
   };
@@ -195,9 +201,16 @@ int RunStats(const GlobalOptions& global, const FilterFlags& flags) {
   std::map<std::string, int64_t> per_dtype, per_model;
   double total_flops = 0;
   int64_t total_calls = 0;
+  int64_t captured = 0, opinfo = 0, both = 0;
   for (const auto& c : *cases) {
     OpStats& s = per_op[c.op_case.QualifiedName()];
     ++s.cases;
+    const bool from_model = c.num_sources > 0, from_opinfo = c.opinfo_samples > 0;
+    s.captured += from_model;
+    s.opinfo += from_opinfo;
+    captured += from_model;
+    opinfo += from_opinfo;
+    both += from_model && from_opinfo;
     s.calls += c.total_calls;
     s.flops += c.cost.flops;
     total_flops += c.cost.flops;
@@ -212,12 +225,13 @@ int RunStats(const GlobalOptions& global, const FilterFlags& flags) {
   std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.cases > b.second.cases; });
 
   Table op_table;
-  op_table.headers = {"op", "cases", "models", "calls", "flops"};
-  op_table.numeric = {false, true, true, true, true};
+  op_table.headers = {"op", "cases", "captured", "opinfo", "models", "calls", "flops"};
+  op_table.numeric = {false, true, true, true, true, true, true};
   const bool human = *format == OutputFormat::kTable;
   for (size_t i = 0; i < ops.size() && (flags.top <= 0 || static_cast<int>(i) < flags.top || !human); ++i) {
     const auto& [name, s] = ops[i];
-    op_table.rows.push_back({name, std::to_string(s.cases), std::to_string(s.models.size()), std::to_string(s.calls),
+    op_table.rows.push_back({name, std::to_string(s.cases), std::to_string(s.captured), std::to_string(s.opinfo),
+                             std::to_string(s.models.size()), std::to_string(s.calls),
                              human ? HumanCount(s.flops) : fmt::format("{:.0f}", s.flops)});
   }
   Table dtype_table;
@@ -237,6 +251,7 @@ int RunStats(const GlobalOptions& global, const FilterFlags& flags) {
                         {"models", per_model.size()},
                         {"calls", total_calls},
                         {"flops", total_flops},
+                        {"per_source", {{"captured", captured}, {"opinfo", opinfo}, {"both", both}}},
                         {"per_op", nlohmann::json::parse(op_table.RenderJson())},
                         {"per_dtype", nlohmann::json::parse(dtype_table.RenderJson())},
                         {"per_model", nlohmann::json::parse(model_table.RenderJson())}};
@@ -246,6 +261,8 @@ int RunStats(const GlobalOptions& global, const FilterFlags& flags) {
   } else {
     text = fmt::format("registry {}: {} cases of {} ops from {} models ({} calls, {} FLOPs)\n\n", global.registry_path,
                        cases->size(), per_op.size(), per_model.size(), total_calls, HumanCount(total_flops));
+    text += fmt::format("sources: {} captured from models, {} from OpInfo samples ({} from both)\n\n", captured,
+                        opinfo, both);
     text += op_table.RenderAligned();
     if (flags.top > 0 && static_cast<int>(ops.size()) > flags.top) {
       text += fmt::format("... {} more ops (--top 0 shows all)\n", ops.size() - flags.top);
@@ -313,7 +330,7 @@ void AddRegistryCommand(CLI::App& app, GlobalOptions& global) {
   reg->require_subcommand(1);
 
   auto stats_flags = std::make_shared<FilterFlags>();
-  CLI::App* stats = reg->add_subcommand("stats", "Counts of cases per op, dtype and source model");
+  CLI::App* stats = reg->add_subcommand("stats", "Counts of cases per op, source, dtype and source model");
   AddFilterFlags(stats, *stats_flags);
   stats->add_option("--format", stats_flags->format, "table, json or csv (the per-op table)")->capture_default_str();
   stats->add_option("--top", stats_flags->top, "Ops shown in the table (0 = all)")

@@ -38,6 +38,7 @@ struct RunFlags {
   std::string dtype;
   std::vector<std::string> dims;
   std::string profile;
+  std::string source;  // unit: captured, opinfo or "" (both)
   std::optional<double> max_case_flops;
   double max_case_gb = 0;  // 0: half the machine's memory
   std::string run_id;
@@ -196,6 +197,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   filter.keys = flags.keys;
   filter.model = flags.model;
   filter.profile = flags.profile;
+  filter.source = flags.source;
   if (!flags.dtype.empty() && !DTypeFromName(flags.dtype)) {
     return ReportError(Status::InvalidArgument("--dtype '" + flags.dtype + "' is not a dtype (f32 bf16 f16 f64 i64 ...)"));
   }
@@ -552,6 +554,10 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--profile", flags->profile,
                   "unit: only cases captured under this input profile; module/model/train: run under this profile "
                   "[default: the first that applies, see configs/capture_profiles.json]");
+  cmd->add_option("--source", flags->source,
+                  "unit: only cases captured from a model (captured) or from an OpInfo sample (opinfo, `coverage "
+                  "import opinfo`) [default: both]")
+      ->check(CLI::IsMember({"captured", "opinfo"}));
   cmd->add_option("--max-case-flops", flags->max_case_flops,
                   "Record costlier cases as skipped instead of running them")
       ->check(FiniteRange(0, 1e30));

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   AddCrawlCommand(app, global);
   AddSelectCommand(app, global);
   AddCaptureCommand(app, global);
+  AddImportCommand(app, global);
   AddRegistryCommand(app, global);
   AddRunCommand(app, global);
   AddMergeCommand(app, global);

@@ -37,6 +37,7 @@ struct CaseFilter {
   std::optional<double> max_flops;
   std::string profile;           // a source with this input profile
   std::vector<std::string> keys; // case keys; any of them
+  std::string source;           // "": any; "captured": from a model; "opinfo": from an OpInfo sample
   int64_t limit = 0;             // 0 = no limit
 };
 

@@ -209,6 +209,23 @@ Result<std::vector<CaseModelRow>> Registry::CaseModelsOfRuns(const std::string& 
   return out;
 }
 
+Result<std::vector<std::pair<int64_t, std::string>>> Registry::CaseOpInfosOfRuns(const std::string& run_id,
+                                                                                const std::string& other_run_id) {
+  COV_ASSIGN_OR_RETURN(
+      auto stmt, db_->Prepare("SELECT DISTINCT o.case_id, o.opinfo || CASE WHEN o.variant = '' THEN '' ELSE '.' || "
+                              "o.variant END AS name FROM opinfo_samples o "
+                              "WHERE o.case_id IN (SELECT case_id FROM results WHERE run_id = ?1 OR run_id = ?2) "
+                              "ORDER BY o.case_id, name"));
+  stmt.Bind(1, run_id).Bind(2, other_run_id);
+  std::vector<std::pair<int64_t, std::string>> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out.emplace_back(stmt.Int(0), stmt.Text(1));
+  }
+  return out;
+}
+
 Result<std::map<std::string, std::string>> Registry::ModelTypes(const std::vector<std::string>& model_ids) {
   std::map<std::string, std::string> out;
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT COALESCE(model_type, '') FROM models WHERE id = ?1"));

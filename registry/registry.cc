@@ -449,6 +449,7 @@ Result<std::vector<SelectedModel>> Registry::SelectionModels(int64_t selection_i
 Result<int64_t> Registry::PruneOrphanCases() {
   COV_RETURN_IF_ERROR(db_->Exec(
       "DELETE FROM op_cases WHERE NOT EXISTS (SELECT 1 FROM case_sources s WHERE s.case_id = op_cases.case_id) "
+      "AND NOT EXISTS (SELECT 1 FROM opinfo_samples o WHERE o.case_id = op_cases.case_id) "
       "AND NOT EXISTS (SELECT 1 FROM results r WHERE r.case_id = op_cases.case_id) "
       "AND NOT EXISTS (SELECT 1 FROM program_calls p WHERE p.case_id = op_cases.case_id)"));
   return static_cast<int64_t>(db_->Changes());
@@ -459,7 +460,8 @@ Result<std::vector<StoredCase>> Registry::FindCases(const CaseFilter& filter) {
       "SELECT c.case_id, c.key, c.case_json, c.flops, c.bytes, "
       "  (SELECT COUNT(*) FROM case_sources s WHERE s.case_id = c.case_id), "
       "  (SELECT COALESCE(SUM(call_count), 0) FROM case_sources s WHERE s.case_id = c.case_id), "
-      "  (SELECT COALESCE(group_concat(DISTINCT s.model_id), '') FROM case_sources s WHERE s.case_id = c.case_id) "
+      "  (SELECT COALESCE(group_concat(DISTINCT s.model_id), '') FROM case_sources s WHERE s.case_id = c.case_id), "
+      "  (SELECT COUNT(*) FROM opinfo_samples o WHERE o.case_id = c.case_id) "
       "FROM op_cases c WHERE 1";
   std::vector<std::string> text_params;
   std::vector<std::pair<int, double>> real_params;  // (position, value)
@@ -496,6 +498,13 @@ Result<std::vector<StoredCase>> Registry::FindCases(const CaseFilter& filter) {
     if (!filter.model.empty()) sql += " AND s.model_id GLOB " + add_text(filter.model);
     if (!filter.profile.empty()) sql += " AND s.profile = " + add_text(filter.profile);
     sql += ")";
+  }
+  if (filter.source == "captured") {
+    sql += " AND EXISTS (SELECT 1 FROM case_sources s WHERE s.case_id = c.case_id)";
+  } else if (filter.source == "opinfo") {
+    sql += " AND EXISTS (SELECT 1 FROM opinfo_samples o WHERE o.case_id = c.case_id)";
+  } else if (!filter.source.empty()) {
+    return Status::InvalidArgument("source '" + filter.source + "': expected captured or opinfo");
   }
   if (filter.min_flops) sql += " AND c.flops >= " + add_real(*filter.min_flops);
   if (filter.max_flops) sql += " AND c.flops <= " + add_real(*filter.max_flops);
@@ -540,6 +549,7 @@ Result<std::vector<StoredCase>> Registry::FindCases(const CaseFilter& filter) {
     c.num_sources = stmt.Int(5);
     c.total_calls = stmt.Int(6);
     c.models = stmt.Text(7);
+    c.opinfo_samples = stmt.Int(8);
     out.push_back(std::move(c));
   }
   return out;

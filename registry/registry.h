@@ -93,6 +93,31 @@ struct StoredCase {
   int64_t num_sources = 0;   // filled by FindCases
   int64_t total_calls = 0;   // filled by FindCases
   std::string models;        // comma-separated source models, filled by FindCases
+  int64_t opinfo_samples = 0;  // OpInfo samples that make this call, filled by FindCases
+};
+
+// One (OpInfo, dtype) of `coverage import opinfo`: imported with its
+// samples' calls, or skipped with the reason.
+struct OpInfoImportRecord {
+  std::string opinfo;   // the OpInfo's name
+  std::string variant;  // its variant_test_name, "" for none
+  std::string dtype;    // f32, bf16, ...
+  std::string status;   // imported, skipped
+  std::string reason;   // skipped: why
+  int64_t samples = 0, failed = 0;
+  int64_t calls = 0;    // calls stored (of the kept ops)
+  int64_t cases = 0;    // distinct op cases among them (filled by StoreOpInfo)
+  std::string torch_version;
+  std::string imported_at;
+};
+
+// One call of one OpInfo sample.
+struct OpInfoSampleCall {
+  int64_t sample = 0;
+  std::string sample_name;
+  int64_t call_index = 0;
+  OpCase op_case;
+  CaseCost cost;
 };
 
 struct RunRecord {
@@ -384,6 +409,15 @@ class Registry {
   Result<std::vector<ModelResultRecord>> ModelResultsForRun(const std::string& run_id, bool as_stored = false);
 
   Result<std::vector<StoredCase>> FindCases(const CaseFilter& filter);
+
+  // OpInfo samples (registry/opinfo.cc, schema v10). StoreOpInfo replaces
+  // what was stored for (opinfo, variant, dtype), in one transaction: its
+  // opinfo_imports row and its samples' calls with their op cases (a key
+  // already stored is shared). Fills record->cases.
+  Status StoreOpInfo(OpInfoImportRecord* record, const std::vector<OpInfoSampleCall>& calls);
+  Result<std::vector<OpInfoImportRecord>> ListOpInfoImports();
+  // The distinct ops ("aten::mm") of the stored op cases, sorted.
+  Result<std::vector<std::string>> DistinctOps();
   Result<std::optional<StoredCase>> GetCaseByKey(const std::string& key);
   Result<int64_t> CountCases();
 
@@ -466,6 +500,10 @@ class Registry {
   // The models each case with a result in either run was captured from,
   // by case id and model id.
   Result<std::vector<CaseModelRow>> CaseModelsOfRuns(const std::string& run_id, const std::string& other_run_id);
+  // The OpInfos (NAME or NAME.VARIANT) whose samples make each case with a
+  // result in either run: (case_id, name), by case and name.
+  Result<std::vector<std::pair<int64_t, std::string>>> CaseOpInfosOfRuns(const std::string& run_id,
+                                                                        const std::string& other_run_id);
   // model_type of each of `model_ids` that has one.
   Result<std::map<std::string, std::string>> ModelTypes(const std::vector<std::string>& model_ids);
   // The newest run (by start, then insertion); nullopt when there is none.

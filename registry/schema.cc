@@ -483,6 +483,47 @@ CREATE TABLE run_leases (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 10: op cases from PyTorch's OpInfo samples (`coverage import
+// opinfo`, capture/opinfo_import.h). A case's sources are then its captured
+// calls (case_sources), its OpInfo samples (opinfo_samples) or both; one
+// opinfo_imports row per (OpInfo, dtype) imported or skipped, so an
+// interrupted import resumes after the last one stored.
+constexpr std::string_view kV10 = R"sql(
+CREATE TABLE opinfo_imports (
+  opinfo        TEXT NOT NULL,              -- the OpInfo's name, e.g. softmax
+  variant       TEXT NOT NULL,              -- its variant_test_name, '' for none
+  dtype         TEXT NOT NULL,              -- the dtype its samples were made for: f32, bf16, ...
+  status        TEXT NOT NULL,              -- imported, skipped
+  reason        TEXT NOT NULL DEFAULT '',   -- skipped: why (the dtype is unsupported, making samples raised)
+  samples       INTEGER NOT NULL DEFAULT 0,
+  failed        INTEGER NOT NULL DEFAULT 0, -- samples that raised on CPU (nothing stored from them)
+  calls         INTEGER NOT NULL DEFAULT 0, -- calls of the kept ops, over all samples
+  cases         INTEGER NOT NULL DEFAULT 0, -- distinct op cases among them
+  torch_version TEXT NOT NULL DEFAULT '',
+  imported_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ','now')),
+  PRIMARY KEY (opinfo, variant, dtype)
+) WITHOUT ROWID;
+
+CREATE TABLE opinfo_samples (
+  case_id      INTEGER NOT NULL REFERENCES op_cases(case_id) ON DELETE CASCADE,
+  opinfo       TEXT NOT NULL,
+  variant      TEXT NOT NULL,
+  dtype        TEXT NOT NULL,
+  sample       INTEGER NOT NULL,            -- index among the OpInfo's samples for the dtype
+  sample_name  TEXT NOT NULL,               -- SampleInput.name, often ''
+  call_index   INTEGER NOT NULL,            -- the call within the sample
+  PRIMARY KEY (opinfo, variant, dtype, sample, call_index)
+) WITHOUT ROWID;
+CREATE INDEX opinfo_samples_case ON opinfo_samples(case_id);
+
+-- Op cases by source: captured from a model, an OpInfo sample, or both.
+CREATE VIEW v_case_source_kinds AS
+  SELECT c.case_id, c.key, c.op, c.overload,
+         EXISTS (SELECT 1 FROM case_sources s WHERE s.case_id = c.case_id) AS captured,
+         EXISTS (SELECT 1 FROM opinfo_samples o WHERE o.case_id = c.case_id) AS opinfo
+  FROM op_cases c;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -496,6 +537,7 @@ const std::vector<Migration>& Migrations() {
       {7, "programs captured from the real models: values, calls, provenance by call", kV7},
       {8, "the retired model builder's builds and captures dropped", kV8},
       {9, "one live writer per run and shard: run leases", kV9},
+      {10, "op cases from PyTorch's OpInfo samples", kV10},
   };
   return kMigrations;
 }

@@ -72,12 +72,6 @@ bool Fails(std::optional<Outcome> verdict) {
   return verdict && IsUnexpectedFailure(*verdict) && *verdict != Outcome::kUnexpectedPass;
 }
 
-// Passing for pass rates and the matrix: the op or model works, whether or not
-// an expectation said otherwise.
-bool Passes(Outcome verdict) {
-  return verdict == Outcome::kPass || verdict == Outcome::kExpectedFailure || verdict == Outcome::kUnexpectedPass;
-}
-
 struct Judged {
   Outcome verdict;
   const Expectation* expectation = nullptr;
@@ -277,6 +271,15 @@ Status AddProvenance(Registry& registry, const std::string& run_id, const std::s
     }
     if (c->models.empty() || c->models.back() != row.model_id) c->models.push_back(row.model_id);
     if (!row.model_type.empty()) c->families.push_back(row.model_type);
+  }
+  COV_ASSIGN_OR_RETURN(auto opinfos, registry.CaseOpInfosOfRuns(run_id, baseline_id));
+  for (const auto& [id, name] : opinfos) {
+    auto it = now.find(id);
+    if (it != now.end()) {
+      it->second.opinfos.push_back(name);
+    } else if (auto r = removed.find(id); r != removed.end()) {
+      r->second.opinfos.push_back(name);
+    }
   }
   auto tidy = [](CaseEntry& c) {
     std::sort(c.families.begin(), c.families.end());
@@ -584,7 +587,13 @@ void Builder::Finish() {
     if (c.change == Change::kRemoved) continue;
     const Outcome verdict = *c.verdict;  // every case of a reported run was judged
     count("unit", verdict);
-    if (c.families.empty()) cell("", "unit", verdict);
+    StageSummary& unit = stages["unit"];
+    if (!c.models.empty()) ++unit.by_source["captured"][verdict];
+    if (!c.opinfos.empty()) {
+      ++unit.by_source["opinfo"][verdict];
+      cell(kOpInfoFamily, "unit", verdict);
+    }
+    if (c.families.empty() && c.opinfos.empty()) cell("", "unit", verdict);
     for (const auto& f : c.families) cell(f, "unit", verdict);
   }
   for (const auto& [id, model] : models_) {
@@ -754,6 +763,10 @@ bool Report::Regressed() const {
 int64_t Report::CountOf(Change change) const {
   auto it = changes.find(change);
   return it == changes.end() ? 0 : it->second;
+}
+
+bool Passes(Outcome verdict) {
+  return verdict == Outcome::kPass || verdict == Outcome::kExpectedFailure || verdict == Outcome::kUnexpectedPass;
 }
 
 std::vector<std::pair<Outcome, int64_t>> StageSummary::VerdictsInNameOrder() const {

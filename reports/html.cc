@@ -319,7 +319,25 @@ void WriteSummary(Out& out, const Report& report) {
     for (const auto& [verdict, count] : stage.VerdictsInNameOrder()) {
       Put(out, "<li>{} <span class=\"count\">{}</span></li>", VerdictBadge(verdict), count);
     }
-    out += "</ul></div>\n";
+    out += "</ul>";
+    if (stage.by_source.count("opinfo")) {
+      // Captured real shapes and OpInfo's edge-case samples, told apart.
+      out += "<p class=\"sources\">";
+      for (const auto& [source, label] : {std::pair<std::string, std::string_view>{"captured", "from models"},
+                                          {"opinfo", "from OpInfo samples"}}) {
+        auto it = stage.by_source.find(source);
+        if (it == stage.by_source.end()) continue;
+        int64_t total = 0, passing = 0;
+        for (const auto& [v, n] : it->second) {
+          total += n;
+          passing += Passes(v) ? n : 0;
+        }
+        Put(out, "<span class=\"source\" data-source=\"{}\">{}: {} of {} pass</span> ", source, label, passing,
+            total);
+      }
+      out += "</p>";
+    }
+    out += "</div>\n";
   }
   out += "</div>\n<h3>Changes since the baseline</h3>\n<div class=\"cards changes\">\n";
   int64_t unexpected_passes = 0;
@@ -787,6 +805,7 @@ nlohmann::json CaseData(const Report& report) {
                                 "error",
                                 "models",
                                 "families",
+                                "opinfos",
                                 "extra_changes",
                                 "change_detail",
                                 "baseline_outcome",
@@ -821,6 +840,7 @@ nlohmann::json CaseData(const Report& report) {
         c.error,
         Join(c.models, ", "),
         Join(c.families, ", "),
+        Join(c.opinfos, ", "),
         c.extra_changes,
         c.change_detail,
         OutcomeNameOrEmpty(c.baseline_outcome),
@@ -1048,6 +1068,7 @@ constexpr std::string_view kScript = R"js(
     item('Counters', counters, true);
     item('Models', r[F.models]);
     item('Families', r[F.families]);
+    item('OpInfo samples', r[F.opinfos]);
     if (r[F.repro]) {
       dl.appendChild(text('dt', 'Repro'));
       const dd = document.createElement('dd');

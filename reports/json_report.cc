@@ -44,8 +44,18 @@ std::string ReportToJson(const Report& report) {
   for (const auto& s : report.stages) {
     json verdicts = json::object();
     for (const auto& [verdict, n] : s.verdicts) verdicts[std::string(OutcomeName(verdict))] = n;
-    j["stages"].push_back({{"stage", s.stage}, {"total", s.total}, {"pass_rate", DoubleToJson(s.pass_rate)},
-                           {"verdicts", std::move(verdicts)}});
+    json stage = {{"stage", s.stage}, {"total", s.total}, {"pass_rate", DoubleToJson(s.pass_rate)},
+                  {"verdicts", std::move(verdicts)}};
+    if (!s.by_source.empty()) {
+      json sources = json::object();
+      for (const auto& [source, counts] : s.by_source) {
+        json v = json::object();
+        for (const auto& [verdict, n] : counts) v[std::string(OutcomeName(verdict))] = n;
+        sources[source] = std::move(v);
+      }
+      stage["sources"] = std::move(sources);
+    }
+    j["stages"].push_back(std::move(stage));
   }
   j["changes"] = json::object();
   for (const auto& [change, n] : report.changes) j["changes"][std::string(ChangeName(change))] = n;

@@ -82,6 +82,7 @@ struct CaseEntry {
   std::string dtypes;           // "f32 i64"
   std::vector<std::string> models;    // provenance: models whose capture produced it (sorted)
   std::vector<std::string> families;  // their model types (sorted, distinct)
+  std::vector<std::string> opinfos;   // OpInfos whose samples make it (`coverage import opinfo`), sorted
   std::optional<Outcome> outcome;  // as stored (none when removed)
   std::optional<Outcome> verdict;  // after expectations: outcome, kExpectedFailure or kUnexpectedPass
   std::string expectation;      // the matching expectation's reason, if any
@@ -182,17 +183,24 @@ struct StageSummary {
   std::map<Outcome, int64_t> verdicts;        // verdict -> count (cases for unit, models for the others)
   int64_t total = 0;
   double pass_rate = 0;                       // pass (+ expected_failure, unexpected_pass) / (total - skipped)
+  // unit: verdict counts by the cases' source, "captured" (from a model) and
+  // "opinfo" (from an OpInfo sample); a case from both counts in both.
+  std::map<std::string, std::map<Outcome, int64_t>> by_source;
 
   // `verdicts` in the order of their names, the order the writers list them in.
   std::vector<std::pair<Outcome, int64_t>> VerdictsInNameOrder() const;
 };
+
+// The stage x family matrix's row of the unit cases from OpInfo samples.
+inline constexpr const char* kOpInfoFamily = "OpInfo samples";
 
 struct Report {
   std::string title, generated_at, registry_path;
   std::vector<RunInfo> runs, baselines;
   std::vector<StageSummary> stages;
   // family -> stage -> (passing, total): the stage x family matrix; skipped
-  // results are not counted (total is what was judged).
+  // results are not counted (total is what was judged). Unit cases from
+  // OpInfo samples have the row kOpInfoFamily.
   std::map<std::string, std::map<std::string, std::pair<int64_t, int64_t>>> matrix;
   std::vector<CaseEntry> cases;    // regressions first (new failures, drift, perf), then the rest by op and key
   std::vector<ModelEntry> models;  // failing first, then by id
@@ -214,6 +222,10 @@ Result<Report> BuildReport(registry::Registry& registry, const ReportOptions& op
 // Derives broken_ops and broken_models from cases and models (Note [What is
 // broken] in build.cc); BuildReport calls it.
 void FindBroken(Report& report);
+
+// Passing for pass rates and the matrix: the op or model works, whether or not
+// an expectation said otherwise (pass, expected_failure, unexpected_pass).
+bool Passes(Outcome verdict);
 
 // How the writers spell an optional outcome: its name, or "" for none (a
 // removed case, a result without a baseline).

@@ -107,6 +107,58 @@ TEST(Registry, PruningKeepsCasesWithSourcesOrResults) {
   (void)orphan;
 }
 
+TEST(Registry, OpInfoSamplesAreASourceOfTheirOwn) {
+  TempDir dir;
+  auto r = OpenFresh(dir);
+  const int64_t captured = *r->UpsertCase(MmCase(2, 2, 2), {});
+  ASSERT_TRUE(r->AddCaseSource(captured, {"m/a", "x", "", "p", 0, 1}).ok());
+  // Sample 0 makes the captured case too; sample 1 makes a new one twice.
+  OpInfoImportRecord rec{.opinfo = "mm", .variant = "", .dtype = "f32", .status = "imported", .samples = 2};
+  std::vector<OpInfoSampleCall> calls = {{0, "", 0, MmCase(2, 2, 2), {}},
+                                         {1, "edge", 0, MmCase(0, 5, 3), {}},
+                                         {1, "edge", 1, MmCase(0, 5, 3), {}}};
+  ASSERT_TRUE(r->StoreOpInfo(&rec, calls).ok());
+  EXPECT_EQ(rec.calls, 3);
+  EXPECT_EQ(rec.cases, 2);
+  EXPECT_EQ(*r->CountCases(), 2);
+
+  auto by_source = [&](const std::string& source) {
+    std::set<std::string> keys;
+    auto found = r->FindCases({.source = source});
+    EXPECT_TRUE(found.has_value());
+    for (const StoredCase& c : *found) keys.insert(c.key);
+    return keys;
+  };
+  EXPECT_EQ(by_source("captured"), (std::set<std::string>{MmCase(2, 2, 2).Key()}));
+  EXPECT_EQ(by_source("opinfo"), (std::set<std::string>{MmCase(2, 2, 2).Key(), MmCase(0, 5, 3).Key()}));
+  EXPECT_FALSE(r->FindCases({.source = "elsewhere"}).has_value());
+  auto all = r->FindCases({});
+  ASSERT_TRUE(all.has_value());
+  for (const StoredCase& c : *all) {
+    EXPECT_EQ(c.opinfo_samples, c.key == MmCase(0, 5, 3).Key() ? 2 : 1) << c.key;
+  }
+  // Cases only an OpInfo sample makes are not orphans.
+  EXPECT_EQ(*r->PruneOrphanCases(), 0);
+
+  // Storing the pair again replaces its samples; a skipped pair keeps a reason.
+  calls.pop_back();
+  ASSERT_TRUE(r->StoreOpInfo(&rec, calls).ok());
+  EXPECT_EQ(CountRows(*r, "opinfo_samples"), 2);
+  OpInfoImportRecord skipped{.opinfo = "bitwise_and", .variant = "", .dtype = "f32", .status = "skipped",
+                             .reason = "bitwise_and does not support f32 on CPU"};
+  ASSERT_TRUE(r->StoreOpInfo(&skipped, {}).ok());
+  auto imports = r->ListOpInfoImports();
+  ASSERT_TRUE(imports.has_value());
+  ASSERT_EQ(imports->size(), 2u);
+  EXPECT_EQ((*imports)[0].opinfo, "bitwise_and");
+  EXPECT_EQ((*imports)[0].reason, "bitwise_and does not support f32 on CPU");
+  EXPECT_EQ((*imports)[1].calls, 2);
+  OpInfoImportRecord bad = rec;
+  bad.status = "maybe";
+  EXPECT_FALSE(r->StoreOpInfo(&bad, {}).ok());
+  EXPECT_EQ(*r->DistinctOps(), (std::vector<std::string>{"aten::mm"}));
+}
+
 HubModelRecord Hub(std::string id, int64_t downloads, std::string sha = "abc") {
   HubModelRecord m;
   m.id = std::move(id);

@@ -1,5 +1,6 @@
 import sys
 
-from .cli import main, serve
+from .cli import main, opinfo, serve
 
-sys.exit(serve() if sys.argv[1:] == ["--serve"] else main())
+argv = sys.argv[1:]
+sys.exit(serve() if argv == ["--serve"] else opinfo(argv[1:]) if argv[:1] == ["opinfo"] else main())

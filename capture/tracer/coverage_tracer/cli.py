@@ -130,6 +130,14 @@ def serve(sock_fd: int = 3) -> int:
             return 0
 
 
+def opinfo(argv) -> int:
+    """`python -m coverage_tracer opinfo ...` (coverage_tracer/opinfo.py)."""
+    _die_with_parent()
+    from .opinfo import main as opinfo_main
+
+    return opinfo_main(argv)
+
+
 def main(argv=None) -> int:
     _die_with_parent()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
