@@ -51,9 +51,10 @@ int RunImportOpInfo(const GlobalOptions& global, const ImportFlags& flags) {
               "%.0f s\n",
               static_cast<long long>(s.imported), static_cast<long long>(s.skipped),
               static_cast<long long>(s.done_before), s.seconds);
-  const std::string kept = s.kept_ops ? fmt::format("{} ops", s.kept_ops) : "every op";
-  std::printf("  %lld samples (%lld raised on CPU), %lld calls; %lld of the %s kept (%lld with an argument no op "
-              "case holds); %lld new cases, registry now holds %lld\n",
+  const std::string kept =
+      s.kept_ops ? fmt::format("{} op{}", s.kept_ops, s.kept_ops == 1 ? "" : "s") : std::string("every op");
+  std::printf("  %lld samples (%lld raised on CPU), %lld calls, %lld kept (the calls of %s; %lld more with an "
+              "argument no op case holds); %lld new cases, registry now holds %lld\n",
               static_cast<long long>(s.samples), static_cast<long long>(s.failed_samples),
               static_cast<long long>(s.calls), static_cast<long long>(s.calls_kept),
               kept.c_str(),
