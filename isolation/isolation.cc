@@ -158,7 +158,7 @@ Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::st
     }
   }
   if (j.contains("reruns")) {
-    if (!j["reruns"].is_number_integer() || j["reruns"].get<int>() < 0 || j["reruns"].get<int>() > 100) {
+    if (!j["reruns"].is_number_integer() || j["reruns"].get<int64_t>() < 0 || j["reruns"].get<int64_t>() > 100) {
       return Status::InvalidArgument(src + ": 'reruns' must be an integer from 0 to 100");
     }
     p.reruns = j["reruns"].get<int>();

@@ -1,5 +1,9 @@
 #include "isolation/protocol.h"
 
+#include <limits>
+
+#include <fmt/format.h>
+
 #include "isolation/isolation.h"
 
 namespace coverage::isolation {
@@ -7,6 +11,36 @@ namespace coverage::isolation {
 using nlohmann::json;
 using replay::ModelCheckItem;
 using replay::ModelCheckItemFromJson;
+
+namespace {
+
+// Reads an integer member when present. nlohmann's value<int>() converts a
+// float member with a plain cast, undefined for 1e33 (fuzz/worker_protocol.cc
+// found it): only a whole JSON number within T's range is taken.
+template <typename T>
+Status ReadInteger(const json& j, const char* key, T* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::Ok();
+  using Limits = std::numeric_limits<T>;
+  bool fits = false;
+  if (it->is_number_unsigned()) {
+    const uint64_t v = it->get<uint64_t>();
+    fits = v <= static_cast<uint64_t>(Limits::max());
+    if (fits) *out = static_cast<T>(v);
+  } else if (it->is_number_integer()) {
+    const int64_t v = it->get<int64_t>();
+    fits = v >= 0 ? static_cast<uint64_t>(v) <= static_cast<uint64_t>(Limits::max())
+                  : Limits::is_signed && v >= static_cast<int64_t>(Limits::min());
+    if (fits) *out = static_cast<T>(v);
+  }
+  if (!fits) {
+    return Status::InvalidArgument(fmt::format("worker setup: '{}' must be a whole number in [{}, {}], not {}", key,
+                                               Limits::min(), Limits::max(), it->dump()));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 // WorkerSetup travels in the setup request (its JSON form is the protocol's).
 json WorkerSetup::ToJson() const {
@@ -35,17 +69,17 @@ Result<WorkerSetup> WorkerSetup::FromJson(const json& j) {
     s.registry = j.value("registry", std::string());
     s.tolerances_json = j.value("tolerances_json", std::string("{}"));
     s.tolerances_source = j.value("tolerances_source", std::string("(setup)"));
-    s.warm_iterations = j.value("warm_iterations", 3);
+    COV_RETURN_IF_ERROR(ReadInteger(j, "warm_iterations", &s.warm_iterations));
     const std::string golden = j.value("golden", std::string("auto"));
     s.golden = golden == "always" ? GoldenMode::kAlways : golden == "never" ? GoldenMode::kNever : GoldenMode::kWhenNeeded;
-    s.seed = j.value("seed", uint64_t{0});
+    COV_RETURN_IF_ERROR(ReadInteger(j, "seed", &s.seed));
     const json c = j.value("checks", json::object());
     ModelCheckOptions& o = s.checks;
-    o.seed = c.value("seed", o.seed);
+    COV_RETURN_IF_ERROR(ReadInteger(c, "seed", &o.seed));
     o.min_cosine = c.value("min_cosine", o.min_cosine);
-    o.top_k = c.value("top_k", o.top_k);
+    COV_RETURN_IF_ERROR(ReadInteger(c, "top_k", &o.top_k));
     o.min_topk_agreement = c.value("min_topk_agreement", o.min_topk_agreement);
-    o.train_steps = c.value("train_steps", o.train_steps);
+    COV_RETURN_IF_ERROR(ReadInteger(c, "train_steps", &o.train_steps));
     o.loss_rtol = c.value("loss_rtol", o.loss_rtol);
     o.grad_norm_rtol = c.value("grad_norm_rtol", o.grad_norm_rtol);
     o.param_update_rtol = c.value("param_update_rtol", o.param_update_rtol);

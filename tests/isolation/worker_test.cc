@@ -55,6 +55,30 @@ TEST(WorkerProtocol, RepliesOfAnotherShapeAreErrorValues) {
   EXPECT_EQ((*items)[0].outcome, Outcome::kMismatch);
 }
 
+// fuzz_worker_protocol found a float where an integer belongs (warm
+// iterations of 6.7e32) converted to int: undefined behaviour. Integers are
+// now read only from whole numbers within range, and anything else is an
+// error naming the member.
+TEST(WorkerProtocol, SetupIntegersOutOfRangeOrFractionalAreErrorsNamingTheMember) {
+  auto ok = WorkerSetup::FromJson(nlohmann::json::parse(
+      R"({"backend": "cpu", "warm_iterations": 5, "seed": 18446744073709551615, "checks": {"top_k": 7}})"));
+  ASSERT_TRUE(ok.has_value()) << ok.error().ToString();
+  EXPECT_EQ(ok->warm_iterations, 5);
+  EXPECT_EQ(ok->seed, 18446744073709551615ull);
+  EXPECT_EQ(ok->checks.top_k, 7);
+  for (const char* text : {R"({"backend": "cpu", "warm_iterations": 6.66667e+32})",
+                           R"({"backend": "cpu", "warm_iterations": 2.5})",
+                           R"({"backend": "cpu", "warm_iterations": 4294967296})",
+                           R"({"backend": "cpu", "seed": -1})",
+                           R"({"backend": "cpu", "checks": {"train_steps": 1e300}})",
+                           R"({"backend": "cpu", "checks": {"top_k": "5"}})"}) {
+    auto bad = WorkerSetup::FromJson(nlohmann::json::parse(text));
+    ASSERT_FALSE(bad.has_value()) << text;
+    EXPECT_EQ(bad.error().code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(bad.error().message().find("must be a whole number"), std::string::npos) << bad.error().message();
+  }
+}
+
 
 WorkerSpawnOptions Shell(const std::string& script, int attempt = 1) {
   WorkerSpawnOptions o;
