@@ -88,10 +88,14 @@ bool HasFloatingTensor(const OpCase& c) {
 bool ValuesMeaningful(const OpCase& c) {
   static constexpr std::string_view kNeverMeaningful[] = {
       "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
+      "aten::empty_permuted",  // found by `coverage import opinfo`: 12 of its samples "failed" on cpu
       "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like", "aten::randint", "aten::randint_like",
       "aten::randperm", "aten::bernoulli", "aten::bernoulli_", "aten::multinomial", "aten::normal",
       "aten::normal_", "aten::uniform_", "aten::exponential_", "aten::random_", "aten::_fused_dropout",
-      "aten::resize_", "aten::set_"};
+      "aten::resize_", "aten::set_",
+      // found by `coverage import opinfo`: geometric_ "failed" on sim (its generator is not the CPU's)
+      "aten::geometric_", "aten::cauchy_", "aten::log_normal_", "aten::poisson", "aten::binomial",
+      "aten::_standard_gamma", "aten::_sample_dirichlet"};
   for (auto op : kNeverMeaningful) {
     if (c.op == op) return false;
   }

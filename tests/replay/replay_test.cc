@@ -243,6 +243,16 @@ TEST(Replay, GroupedMatmulOffsetsAreSortedGroupEndsCoveringTheRows) {
   EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
 }
 
+TEST(Replay, UninitialisedAndRandomOutputsAreNotComparedByValue) {
+  for (const char* op : {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
+                         "aten::empty_permuted", "aten::randn", "aten::bernoulli_", "aten::geometric_", "aten::cauchy_"}) {
+    OpCase c;
+    c.op = op;
+    EXPECT_FALSE(ValuesMeaningful(c)) << op;
+  }
+  EXPECT_TRUE(ValuesMeaningful(testing::MmCase(2, 3, 4)));
+}
+
 TEST(Replay, UnknownOpIsSkippedWithAReason) {
   CaseResult r = RunOn(Cpu(), MakeCase("aten::no_such_op", "", {}));
   EXPECT_EQ(r.outcome, Outcome::kSkipped);
