@@ -253,6 +253,20 @@ TEST(Replay, UninitialisedAndRandomOutputsAreNotComparedByValue) {
   EXPECT_TRUE(ValuesMeaningful(testing::MmCase(2, 3, 4)));
 }
 
+TEST(Replay, SparseOutputsAreSkippedWithTheReasonNotAnInternalError) {
+  auto none = [](const char* name) {
+    Argument a;
+    a.name = name;
+    a.kind = Argument::Kind::kNone;
+    return a;
+  };
+  CaseResult r = RunOn(Cpu(), MakeCase("aten::_to_sparse", "", {TensorArg("self", DType::kFloat32, {5, 5}),
+                                                                 none("layout"), none("blocksize"),
+                                                                 none("dense_dim")}));
+  EXPECT_EQ(r.outcome, Outcome::kSkipped) << r.error;
+  EXPECT_NE(r.error.find("layout Sparse"), std::string::npos) << r.error;
+}
+
 TEST(Replay, UnknownOpIsSkippedWithAReason) {
   CaseResult r = RunOn(Cpu(), MakeCase("aten::no_such_op", "", {}));
   EXPECT_EQ(r.outcome, Outcome::kSkipped);
