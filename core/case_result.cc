@@ -84,7 +84,16 @@ Result<CaseResult> CaseResult::FromJson(std::string_view text) {
       r.timing.total_us = t.value("total_us", 0.0);
     }
     r.detail_json = j.value("detail", std::string());
-    r.attempts = j.value("attempts", 1);
+    if (auto it = j.find("attempts"); it != j.end()) {
+      // A plain value<int>() converts a float with a cast, undefined beyond
+      // int (fuzz_worker_protocol found 9.2e19).
+      if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > 1000000 ||
+          (it->is_number_unsigned() && it->get<uint64_t>() > 1000000)) {
+        return Status::Corruption("case result JSON: 'attempts' must be a whole number in [1, 1000000], not " +
+                                  it->dump());
+      }
+      r.attempts = static_cast<int>(it->get<int64_t>());
+    }
     r.flaky = j.value("flaky", false);
     if (j.contains("attempt_outcomes") && j["attempt_outcomes"].is_array()) {
       for (const auto& o : j["attempt_outcomes"]) {
