@@ -216,7 +216,8 @@ void IndexRules(OpCase& c) {
     return d >= 0 && d < static_cast<int64_t>(t->shape.size()) ? t->shape[d] : 0;
   };
   const std::string& op = c.op;
-  if (op == "aten::embedding" || op == "aten::embedding_bag" || op == "aten::_embedding_bag") {
+  if (op == "aten::embedding" || op == "aten::embedding_bag" || op == "aten::_embedding_bag" ||
+      op == "aten::_embedding_bag_forward_only") {
     if (auto* idx = tensor("indices")) ClampIndex(*idx, dim_size(tensor("weight"), 0), false);
     return;
   }
@@ -252,34 +253,66 @@ void IndexRules(OpCase& c) {
   }
 }
 
-// Note [Group offsets]: the `offs` of aten::_grouped_mm are the cumulative
-// ends of the groups along the dimension the groups split (the rows of a
-// 2-D self against a 3-D mat2, the shared K of two 2-D operands, the columns
-// of a 2-D mat2 against a 3-D self). Values drawn uniformly would send the
-// kernel out of bounds (garbage that changes from run to run, on the
-// reference too), so they are made sorted, inside [0, total], the last one
-// the total: every row or column belongs to a group. Returns -1 where the
-// case has no such argument.
-int64_t GroupOffsetsTotal(OpCase& c) {
-  if (c.op != "aten::_grouped_mm") return -1;
-  const Argument* self = FindArg(c, "self");
-  const Argument* mat2 = FindArg(c, "mat2");
-  const Argument* offs = FindArg(c, "offs");
-  if (!self || !mat2 || !offs || self->kind != Argument::Kind::kTensor || mat2->kind != Argument::Kind::kTensor ||
-      offs->kind != Argument::Kind::kTensor) {
-    return -1;
+// Note [Offsets arguments]: some ops take a sorted tensor of offsets into
+// another argument rather than free values. The `offs` of aten::_grouped_mm
+// are the cumulative ends of the groups along the dimension the groups split
+// (the rows of a 2-D self against a 3-D mat2, the shared K of two 2-D
+// operands, the columns of a 2-D mat2 against a 3-D self); the `offsets` of
+// the embedding_bag ops are the starts of the bags in the 1-D `indices`, the
+// first one 0, and with include_last_offset a last one equal to the number of
+// indices. Values drawn uniformly would send the kernel out of bounds (garbage
+// that changes from run to run, on the reference too) or be refused by the
+// reference, so they are made sorted, inside [0, total], with the first and
+// last pinned where the op needs it. `total` is -1 where the case has no such
+// argument.
+struct OffsetsRule {
+  std::string arg;
+  int64_t total = -1;
+  bool first_zero = false;
+  bool last_total = false;
+
+  std::string KeySuffix() const {
+    if (total < 0) return "";
+    return "|offsets" + std::to_string(total) + (first_zero ? "f" : "") + (last_total ? "l" : "");
   }
-  const auto& a = self->tensor.shape;
-  const auto& b = mat2->tensor.shape;
-  if (a.size() == 2 && b.size() == 3) return a[0];
-  if (a.size() == 2 && b.size() == 2) return a[1];
-  if (a.size() == 3 && b.size() == 2) return b[1];
-  return -1;
+};
+
+OffsetsRule OffsetsRuleOf(OpCase& c) {
+  OffsetsRule rule;
+  auto tensor = [&](std::string_view name) -> const TensorSpec* {
+    const Argument* a = FindArg(c, name);
+    return a && a->kind == Argument::Kind::kTensor ? &a->tensor : nullptr;
+  };
+  if (c.op == "aten::_grouped_mm") {
+    const TensorSpec* self = tensor("self");
+    const TensorSpec* mat2 = tensor("mat2");
+    if (!self || !mat2 || !tensor("offs")) return rule;
+    const auto& a = self->shape;
+    const auto& b = mat2->shape;
+    rule.arg = "offs";
+    rule.last_total = true;
+    if (a.size() == 2 && b.size() == 3) rule.total = a[0];
+    if (a.size() == 2 && b.size() == 2) rule.total = a[1];
+    if (a.size() == 3 && b.size() == 2) rule.total = b[1];
+    return rule;
+  }
+  if (c.op == "aten::embedding_bag" || c.op == "aten::_embedding_bag" ||
+      c.op == "aten::_embedding_bag_forward_only") {
+    const TensorSpec* indices = tensor("indices");
+    if (!indices || indices->shape.size() != 1 || !tensor("offsets")) return rule;
+    const Argument* last = FindArg(c, "include_last_offset");
+    rule.arg = "offsets";
+    rule.total = indices->shape[0];
+    rule.first_zero = true;
+    rule.last_total = last && last->kind == Argument::Kind::kBool && last->b;
+  }
+  return rule;
 }
 
-at::Tensor GroupOffsets(const at::Tensor& drawn, int64_t total) {
-  at::Tensor sorted = std::get<0>(drawn.clamp(0, total).sort());
-  if (sorted.numel() > 0) sorted[-1] = total;
+at::Tensor Offsets(const at::Tensor& drawn, const OffsetsRule& rule) {
+  at::Tensor sorted = std::get<0>(drawn.clamp(0, rule.total).sort());
+  if (sorted.numel() > 0 && rule.first_zero) sorted[0] = 0;
+  if (sorted.numel() > 0 && rule.last_total) sorted[-1] = rule.total;
   return sorted;
 }
 
@@ -483,7 +516,7 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
   m.op_case_ = input_case;
   m.cache_ptr_ = cache;
   IndexRules(m.op_case_);
-  const int64_t offsets_total = GroupOffsetsTotal(m.op_case_);
+  const OffsetsRule offsets = OffsetsRuleOf(m.op_case_);
   const auto& schema_args = schema.arguments();
   if (schema_args.size() != m.op_case_.args.size()) {
     return Status::InvalidArgument(input_case.QualifiedName() + ": case has " + std::to_string(input_case.args.size()) +
@@ -505,15 +538,15 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
       for (int64_t s : spec.strides) {
         if (s < 0) return Status::InvalidArgument(input_case.QualifiedName() + ": argument '" + a.name + "' has a negative stride");
       }
-      const bool group_offsets = offsets_total >= 0 && a.name == "offs";
+      const bool is_offsets = offsets.total >= 0 && a.name == offsets.arg;
       const std::string key = SpecKey(spec) + "#" + std::to_string(rank[SpecKey(spec)]++) + "@" + std::to_string(seed) +
-                              (group_offsets ? "|offsets" + std::to_string(offsets_total) : "");
+                              (is_offsets ? offsets.KeySuffix() : "");
       uint64_t state = 0xcbf29ce484222325ULL;  // FNV-1a: portable, unlike std::hash
       for (unsigned char ch : key) state = (state ^ ch) * 0x100000001b3ULL;
       const uint64_t offset = SplitMix64(state);
       auto make = [&] {
         at::Tensor base = MakeBase(spec, offset);
-        return group_offsets ? GroupOffsets(base, offsets_total) : base;
+        return is_offsets ? Offsets(base, offsets) : base;
       };
       MaterializedCase::TensorInput in;
       if (cache) {

@@ -220,7 +220,7 @@ TEST(Replay, IndexInputsStayInsideTheIndexedDimension) {
   EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
 }
 
-// Note [Group offsets]: _grouped_mm's offsets are cumulative group ends
+// Note [Offsets arguments]: _grouped_mm's offsets are cumulative group ends
 // inside the split dimension, ending at its size, so the kernel stays in
 // bounds and its result is the same on every run.
 TEST(Replay, GroupedMatmulOffsetsAreSortedGroupEndsCoveringTheRows) {
@@ -241,6 +241,37 @@ TEST(Replay, GroupedMatmulOffsetsAreSortedGroupEndsCoveringTheRows) {
   EXPECT_EQ(o[-1].item<int64_t>(), 96);
   CaseResult r = RunOn(Cpu(), c);
   EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
+}
+
+// Note [Offsets arguments]: embedding_bag's offsets start each bag inside the
+// indices: sorted, the first 0, and with include_last_offset the last the
+// number of indices; the indices stay inside the table. Drawn freely, the
+// reference refuses the case ("offsets[0] has to be 0").
+TEST(Replay, EmbeddingBagOffsetsStartAtZeroAndStayInsideTheIndices) {
+  for (bool include_last : {false, true}) {
+    TensorSpec idx = testing::Spec(DType::kInt64, {40}, ValueDomain{ValueDomain::Kind::kInteger, 0, 1000});
+    TensorSpec offs = testing::Spec(DType::kInt64, {6}, ValueDomain{ValueDomain::Kind::kInteger, 0, 1000});
+    OpCase c = MakeCase("aten::_embedding_bag_forward_only", "",
+                        {TensorArg("weight", DType::kFloat32, {10, 4}), TensorArg("indices", idx), TensorArg("offsets", offs),
+                         testing::BoolArg("scale_grad_by_freq", false), testing::IntArg("mode", 0),
+                         testing::BoolArg("sparse", false), testing::NoneArg("per_sample_weights"),
+                         testing::BoolArg("include_last_offset", include_last), testing::IntArg("padding_idx", -1)});
+    auto schema = c10::Dispatcher::singleton().findSchema({"aten::_embedding_bag_forward_only", ""});
+    ASSERT_TRUE(schema.has_value());
+    auto m = Materialize(c, schema->schema(), /*seed=*/3);
+    ASSERT_TRUE(m.has_value()) << m.error().message();
+    auto inputs = m->Build(c10::Device(c10::kCPU), /*to_double=*/false, /*verify=*/false);
+    ASSERT_TRUE(inputs.has_value());
+    const at::Tensor i = (*inputs)[1].toTensor();
+    const at::Tensor o = (*inputs)[2].toTensor();
+    EXPECT_LT(i.max().item<int64_t>(), 10);
+    EXPECT_TRUE(at::equal(o, std::get<0>(o.sort())));
+    EXPECT_EQ(o[0].item<int64_t>(), 0);
+    EXPECT_LE(o.max().item<int64_t>(), 40);
+    if (include_last) EXPECT_EQ(o[-1].item<int64_t>(), 40);
+    CaseResult r = RunOn(Cpu(), c);
+    EXPECT_EQ(r.outcome, Outcome::kPass) << "include_last_offset " << include_last << ": " << r.error;
+  }
 }
 
 TEST(Replay, UninitialisedAndRandomOutputsAreNotComparedByValue) {
