@@ -47,7 +47,7 @@ struct ValueDomain {
     kReal,         // any finite value; replayed uniformly in [-1, 1)
     kNonNegative,  // >= 0 (e.g. the variance fed to rsqrt); replayed in [0, 2)
     kPositive,     // > 0 (e.g. a divisor); replayed in [0.5, 2)
-    kUnit,         // in [0, 1] (probabilities, masks); replayed in [0, 1)
+    kUnit,         // in [0, 1] (probabilities, masks); replayed in [0.002, 0.998)
     kMask,         // additive attention mask: 0 or -inf, replayed causally
     kInteger,      // integers in [lo, hi); replayed uniformly in that range
     kBool,         // booleans; replayed as a fixed pseudo-random pattern

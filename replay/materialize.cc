@@ -21,7 +21,8 @@ namespace {
 //  * Float tensors are drawn uniformly from a range picked by the domain
 //    recorded at capture (the tracer looks at the real values, domain_of
 //    in capture/tracer/coverage_tracer/encode.py):
-//    real -> [-1, 1), nonneg -> [0, 2), positive -> [0.5, 2), unit -> [0, 1).
+//    real -> [-1, 1), nonneg -> [0, 2), positive -> [0.5, 2), unit -> [0.002, 0.998)
+//    (a probability, and positive).
 //    So the variance fed to rsqrt stays >= 0 and a divisor stays away from 0.
 //  * Additive attention masks (domain "mask": zeros and -inf) are replayed as
 //    a causal mask over the last two dimensions (row i sees columns
@@ -106,7 +107,7 @@ std::pair<double, double> AffineFor(ValueDomain::Kind kind) {
   switch (kind) {
     case ValueDomain::Kind::kNonNegative: return {2.0, 0.0};
     case ValueDomain::Kind::kPositive: return {1.5, 0.5};
-    case ValueDomain::Kind::kUnit: return {1.0, 0.0};
+    case ValueDomain::Kind::kUnit: return {0.996, 0.002};  // inside (0, 1): a probability, and a positive one
     default: return {2.0, -1.0};
   }
 }

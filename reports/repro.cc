@@ -135,7 +135,7 @@ std::string PythonRepro(const OpCase& c, uint64_t seed, const std::string& devic
      << "        elif not (dtype.is_floating_point or dtype.is_complex):\n"
      << "            flat = torch.randint(0, 16, (n,))\n"
      << "        elif domain == 'unit':\n"
-     << "            flat = torch.rand(n)\n"
+     << "            flat = 0.002 + 0.996 * torch.rand(n)  # inside (0, 1)\n"
      << "        elif domain == 'positive':\n"
      << "            flat = 0.5 + 1.5 * torch.rand(n)\n"
      << "        elif domain == 'nonnegative':\n"

@@ -73,7 +73,7 @@ def make_tensor(spec: dict, gen: torch.Generator) -> torch.Tensor:
         lo, hi = (domain["lo"], domain["hi"]) if kind == "int" else (0, 2)
         base = torch.randint(lo, hi, (n,), generator=gen, dtype=torch.int64).to(dtype)
     else:
-        lo, hi = {"nonneg": (0.0, 2.0), "positive": (0.5, 2.0), "unit": (0.0, 1.0)}.get(kind, (-1.0, 1.0))
+        lo, hi = {"nonneg": (0.0, 2.0), "positive": (0.5, 2.0), "unit": (0.002, 0.998)}.get(kind, (-1.0, 1.0))
         real = torch.rand((n,), generator=gen) * (hi - lo) + lo
         if kind == "mask":
             real = torch.where(torch.rand((n,), generator=gen) < 0.5, 0.0, float("-inf"))

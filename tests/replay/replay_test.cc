@@ -31,6 +31,20 @@ CaseResult RunOn(std::shared_ptr<Backend> backend, const OpCase& c, ReplayOption
   return executor.Run(c);
 }
 
+// The inputs replay builds for case `c` on the CPU (no double copies, no
+// verification), to look at what the materialize rules drew.
+std::vector<c10::IValue> CpuInputs(const OpCase& c, uint64_t seed) {
+  auto schema = c10::Dispatcher::singleton().findSchema({c.op, c.overload});
+  EXPECT_TRUE(schema.has_value()) << c.op;
+  if (!schema.has_value()) return {};
+  auto m = Materialize(c, schema->schema(), seed);
+  EXPECT_TRUE(m.has_value()) << m.error().message();
+  if (!m.has_value()) return {};
+  auto inputs = m->Build(c10::Device(c10::kCPU), /*to_double=*/false, /*verify=*/false);
+  EXPECT_TRUE(inputs.has_value());
+  return inputs.has_value() ? *inputs : std::vector<c10::IValue>{};
+}
+
 TEST(Replay, CpuBackendPassesWithZeroError) {
   ReplayOptions always;
   always.golden = GoldenMode::kAlways;
@@ -228,13 +242,9 @@ TEST(Replay, GroupedMatmulOffsetsAreSortedGroupEndsCoveringTheRows) {
   OpCase c = MakeCase("aten::_grouped_mm", "",
                       {TensorArg("self", DType::kFloat32, {96, 32}), TensorArg("mat2", DType::kFloat32, {8, 32, 16}),
                        TensorArg("offs", offs), testing::NoneArg("bias"), testing::NoneArg("out_dtype")});
-  auto schema = c10::Dispatcher::singleton().findSchema({"aten::_grouped_mm", ""});
-  ASSERT_TRUE(schema.has_value());
-  auto m = Materialize(c, schema->schema(), /*seed=*/1);
-  ASSERT_TRUE(m.has_value()) << m.error().message();
-  auto inputs = m->Build(c10::Device(c10::kCPU), /*to_double=*/false, /*verify=*/false);
-  ASSERT_TRUE(inputs.has_value());
-  const at::Tensor o = (*inputs)[2].toTensor();
+  const std::vector<c10::IValue> inputs = CpuInputs(c, /*seed=*/1);
+  ASSERT_FALSE(inputs.empty());
+  const at::Tensor o = inputs[2].toTensor();
   EXPECT_EQ(o.scalar_type(), at::kInt);
   EXPECT_TRUE(at::equal(o, std::get<0>(o.sort())));
   EXPECT_GE(o.min().item<int64_t>(), 0);
@@ -256,14 +266,10 @@ TEST(Replay, EmbeddingBagOffsetsStartAtZeroAndStayInsideTheIndices) {
                          testing::BoolArg("scale_grad_by_freq", false), testing::IntArg("mode", 0),
                          testing::BoolArg("sparse", false), testing::NoneArg("per_sample_weights"),
                          testing::BoolArg("include_last_offset", include_last), testing::IntArg("padding_idx", -1)});
-    auto schema = c10::Dispatcher::singleton().findSchema({"aten::_embedding_bag_forward_only", ""});
-    ASSERT_TRUE(schema.has_value());
-    auto m = Materialize(c, schema->schema(), /*seed=*/3);
-    ASSERT_TRUE(m.has_value()) << m.error().message();
-    auto inputs = m->Build(c10::Device(c10::kCPU), /*to_double=*/false, /*verify=*/false);
-    ASSERT_TRUE(inputs.has_value());
-    const at::Tensor i = (*inputs)[1].toTensor();
-    const at::Tensor o = (*inputs)[2].toTensor();
+    const std::vector<c10::IValue> inputs = CpuInputs(c, /*seed=*/3);
+    ASSERT_FALSE(inputs.empty());
+    const at::Tensor i = inputs[1].toTensor();
+    const at::Tensor o = inputs[2].toTensor();
     EXPECT_LT(i.max().item<int64_t>(), 10);
     EXPECT_TRUE(at::equal(o, std::get<0>(o.sort())));
     EXPECT_EQ(o[0].item<int64_t>(), 0);
@@ -272,6 +278,25 @@ TEST(Replay, EmbeddingBagOffsetsStartAtZeroAndStayInsideTheIndices) {
     CaseResult r = RunOn(Cpu(), c);
     EXPECT_EQ(r.outcome, Outcome::kPass) << "include_last_offset " << include_last << ": " << r.error;
   }
+}
+
+// Note [Value domains]: a unit-domain input (a probability: softmax output,
+// Bernoulli parameter, binary cross-entropy's input) is replayed strictly
+// inside (0, 1), at least 0.002 from either end, so log(x) and log(1 - x)
+// stay finite and well conditioned on the reference.
+TEST(Replay, UnitDomainInputsAreProbabilitiesStrictlyInsideTheUnitInterval) {
+  TensorSpec p = testing::Spec(DType::kFloat32, {64, 64}, ValueDomain{ValueDomain::Kind::kUnit});
+  OpCase c = MakeCase("aten::binary_cross_entropy", "",
+                      {TensorArg("self", p), TensorArg("target", p), testing::NoneArg("weight"),
+                       testing::IntArg("reduction", 0)});
+  const std::vector<c10::IValue> inputs = CpuInputs(c, /*seed=*/5);
+  ASSERT_FALSE(inputs.empty());
+  const at::Tensor x = inputs[0].toTensor();
+  EXPECT_GE(x.min().item<double>(), 0.002);  // 4096 draws from [0, 1) would go below
+  EXPECT_LE(x.max().item<double>(), 0.998);
+  EXPECT_GT(x.max().item<double>(), 0.9);  // the whole interval, not a corner of it
+  CaseResult r = RunOn(Cpu(), c);
+  EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
 }
 
 TEST(Replay, UninitialisedAndRandomOutputsAreNotComparedByValue) {

@@ -163,10 +163,13 @@ def domain_of(t: torch.Tensor) -> dict:
             return {"kind": "real"}
         if not math.isfinite(mx):
             return {"kind": "real"}
-        if mn > 0:
-            return {"kind": "positive"}
+        # Unit before positive: probabilities (softmax outputs, Bernoulli
+        # parameters, binary cross-entropy's input) are inside (0, 1) and
+        # must stay there; the unit domain's replay is also positive.
         if mn >= 0 and mx <= 1:
             return {"kind": "unit"}
+        if mn > 0:
+            return {"kind": "positive"}
         if mn >= 0:
             return {"kind": "non_negative"}
         return {"kind": "real"}

@@ -21,6 +21,7 @@ def test_float_domains():
     assert domain_of(torch.tensor([-1e38, 0.5])) == {"kind": "real"}
     assert domain_of(torch.tensor([0.5, 2.0])) == {"kind": "positive"}
     assert domain_of(torch.tensor([0.0, 1.0])) == {"kind": "unit"}
+    assert domain_of(torch.tensor([0.25, 0.75])) == {"kind": "unit"}  # probabilities stay below 1
     assert domain_of(torch.tensor([0.0, 3.0])) == {"kind": "non_negative"}
     assert domain_of(torch.tensor([-1.0, 3.0])) == {"kind": "real"}
     assert domain_of(torch.tensor([1.0, float("nan")])) == {"kind": "real"}

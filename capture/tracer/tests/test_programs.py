@@ -271,9 +271,9 @@ def test_moe_experts_trace_on_meta_as_on_cpu():
     differing = {r["op"] for r, q in zip(m, c) if r != q}
     assert differing <= {"aten::_to_copy", "aten::histc", "aten::cumsum"}, differing
     # Routing computed from real values carries real domains: softmax
-    # probabilities are positive, expert indices index the experts.
+    # probabilities are in the unit interval, expert indices index the experts.
     (topk,) = [c for c in calls(cpu, op="aten::topk") if c["module"] == "model.layers.0.mlp.gate"]
-    assert topk["args"][0]["domain"] == {"kind": "positive"}
+    assert topk["args"][0]["domain"] == {"kind": "unit"}
 
 
 def _without_meta_overrides(monkeypatch):
