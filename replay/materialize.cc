@@ -4,8 +4,10 @@
 #include <cstring>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 
 #include "backends/dtype_map.h"
@@ -254,67 +256,180 @@ void IndexRules(OpCase& c) {
   }
 }
 
-// Note [Offsets arguments]: some ops take a sorted tensor of offsets into
-// another argument rather than free values. The `offs` of aten::_grouped_mm
-// are the cumulative ends of the groups along the dimension the groups split
-// (the rows of a 2-D self against a 3-D mat2, the shared K of two 2-D
-// operands, the columns of a 2-D mat2 against a 3-D self); the `offsets` of
-// the embedding_bag ops are the starts of the bags in the 1-D `indices`, the
-// first one 0, and with include_last_offset a last one equal to the number of
-// indices. Values drawn uniformly would send the kernel out of bounds (garbage
-// that changes from run to run, on the reference too) or be refused by the
-// reference, so they are made sorted, inside [0, total], with the first and
-// last pinned where the op needs it. `total` is -1 where the case has no such
-// argument.
-struct OffsetsRule {
+// Note [Structured arguments]
+// Some arguments are not free values but carry a structure the op relies on;
+// drawn uniformly they send the kernel out of bounds (garbage that changes
+// from run to run, on the reference too), race on duplicate writes, or are
+// refused by the reference. A rule replaces the drawn values of one argument
+// with values of that structure, still drawn from the case's seed:
+//  * offsets: sorted, inside [0, total] along the last dimension, the first
+//    and last pinned where the op needs it. aten::_grouped_mm's `offs` are
+//    the cumulative ends of the groups along the dimension the groups split
+//    (the rows of a 2-D self against a 3-D mat2, the shared K of two 2-D
+//    operands, the columns of a 2-D mat2 against a 3-D self), the last one
+//    the total; the embedding_bag ops' `offsets` are the starts of the bags in
+//    the 1-D `indices`, the first one 0, and with include_last_offset a last
+//    one equal to the number of indices; segment_reduce's `offsets` start at
+//    0 and end at data.size(axis).
+//  * lengths: >= 0 and summing to a total along the last dimension:
+//    segment_reduce's `lengths` (to data.size(axis)), repeat_interleave's
+//    `repeats` when an output_size is given (to output_size).
+//  * distinct indices: max_unpool's `indices` are distinct inside each
+//    (batch, channel) plane of the output, as max pooling's are; duplicates
+//    make the result depend on the order of the writes.
+//  * positive definite: the cholesky ops' input is A Aᴴ + n I.
+// The rule's name joins the input cache key: the same spec under another
+// rule is another tensor.
+struct ValueRule {
+  enum class Kind { kNone, kOffsets, kLengths, kDistinctIndices, kPositiveDefinite } kind = Kind::kNone;
   std::string arg;
-  int64_t total = -1;
+  int64_t total = 0;     // offsets, lengths: the sum or last value; distinct indices: the plane size
   bool first_zero = false;
   bool last_total = false;
+  int64_t plane_dims = 0;  // distinct indices: trailing dimensions that make one plane
 
   std::string KeySuffix() const {
-    if (total < 0) return "";
-    return "|offsets" + std::to_string(total) + (first_zero ? "f" : "") + (last_total ? "l" : "");
+    switch (kind) {
+      case Kind::kNone: return "";
+      case Kind::kOffsets:
+        return "|offsets" + std::to_string(total) + (first_zero ? "f" : "") + (last_total ? "l" : "");
+      case Kind::kLengths: return "|lengths" + std::to_string(total);
+      case Kind::kDistinctIndices: return "|distinct" + std::to_string(total) + "/" + std::to_string(plane_dims);
+      case Kind::kPositiveDefinite: return "|spd";
+    }
+    return "";
   }
 };
 
-OffsetsRule OffsetsRuleOf(OpCase& c) {
-  OffsetsRule rule;
+ValueRule ValueRuleOf(OpCase& c) {
+  ValueRule rule;
   auto tensor = [&](std::string_view name) -> const TensorSpec* {
     const Argument* a = FindArg(c, name);
     return a && a->kind == Argument::Kind::kTensor ? &a->tensor : nullptr;
   };
-  if (c.op == "aten::_grouped_mm") {
+  auto int_arg = [&](std::string_view name) -> std::optional<int64_t> {
+    const Argument* a = FindArg(c, name);
+    if (a && a->kind == Argument::Kind::kInt) return a->i;
+    return std::nullopt;
+  };
+  const std::string& op = c.op;
+  if (op == "aten::_grouped_mm") {
     const TensorSpec* self = tensor("self");
     const TensorSpec* mat2 = tensor("mat2");
     if (!self || !mat2 || !tensor("offs")) return rule;
     const auto& a = self->shape;
     const auto& b = mat2->shape;
-    rule.arg = "offs";
-    rule.last_total = true;
+    rule.total = -1;
     if (a.size() == 2 && b.size() == 3) rule.total = a[0];
     if (a.size() == 2 && b.size() == 2) rule.total = a[1];
     if (a.size() == 3 && b.size() == 2) rule.total = b[1];
+    if (rule.total < 0) return {};
+    rule.kind = ValueRule::Kind::kOffsets;
+    rule.arg = "offs";
+    rule.last_total = true;
     return rule;
   }
-  if (c.op == "aten::embedding_bag" || c.op == "aten::_embedding_bag" ||
-      c.op == "aten::_embedding_bag_forward_only") {
+  if (op == "aten::embedding_bag" || op == "aten::_embedding_bag" || op == "aten::_embedding_bag_forward_only") {
     const TensorSpec* indices = tensor("indices");
     if (!indices || indices->shape.size() != 1 || !tensor("offsets")) return rule;
     const Argument* last = FindArg(c, "include_last_offset");
+    rule.kind = ValueRule::Kind::kOffsets;
     rule.arg = "offsets";
     rule.total = indices->shape[0];
     rule.first_zero = true;
     rule.last_total = last && last->kind == Argument::Kind::kBool && last->b;
+    return rule;
+  }
+  if (op == "aten::segment_reduce" || op == "aten::_segment_reduce_backward") {
+    const TensorSpec* data = tensor("data");
+    const int64_t axis = NormaliseDim(int_arg("axis").value_or(0), data ? data->shape.size() : 0);
+    if (!data || axis < 0 || axis >= static_cast<int64_t>(data->shape.size())) return rule;
+    rule.total = data->shape[axis];
+    if (tensor("lengths")) {
+      rule.kind = ValueRule::Kind::kLengths;
+      rule.arg = "lengths";
+    } else if (tensor("offsets")) {
+      rule.kind = ValueRule::Kind::kOffsets;
+      rule.arg = "offsets";
+      rule.first_zero = rule.last_total = true;
+    }
+    return rule;
+  }
+  if (op == "aten::repeat_interleave" && tensor("repeats")) {
+    const auto size = int_arg("output_size");
+    if (!size || *size < 0) return rule;
+    rule.kind = ValueRule::Kind::kLengths;
+    rule.arg = "repeats";
+    rule.total = *size;
+    return rule;
+  }
+  if (op == "aten::max_unpool2d" || op == "aten::max_unpool3d") {
+    const Argument* size = FindArg(c, "output_size");
+    if (!tensor("indices") || !size || size->kind != Argument::Kind::kIntList || size->ints.empty()) return rule;
+    rule.kind = ValueRule::Kind::kDistinctIndices;
+    rule.arg = "indices";
+    rule.plane_dims = static_cast<int64_t>(size->ints.size());
+    rule.total = 1;
+    for (int64_t d : size->ints) rule.total *= std::max<int64_t>(d, 0);
+    return rule;
+  }
+  if (op == "aten::cholesky" || op == "aten::linalg_cholesky" || op == "aten::linalg_cholesky_ex") {
+    const TensorSpec* self = tensor("self");
+    if (!self || self->shape.size() < 2 || self->shape.end()[-1] != self->shape.end()[-2]) return rule;
+    rule.kind = ValueRule::Kind::kPositiveDefinite;
+    rule.arg = "self";
   }
   return rule;
 }
 
-at::Tensor Offsets(const at::Tensor& drawn, const OffsetsRule& rule) {
-  at::Tensor sorted = std::get<0>(drawn.clamp(0, rule.total).sort());
-  if (sorted.numel() > 0 && rule.first_zero) sorted[0] = 0;
-  if (sorted.numel() > 0 && rule.last_total) sorted[-1] = rule.total;
-  return sorted;
+// The values `rule` asks for, from the drawn values `v` (the argument's view).
+at::Tensor Structured(const at::Tensor& v, const ValueRule& rule) {
+  using Kind = ValueRule::Kind;
+  switch (rule.kind) {
+    case Kind::kNone: return v;
+    case Kind::kOffsets: {
+      at::Tensor sorted = std::get<0>(v.clamp(0, rule.total).sort(-1));
+      if (sorted.numel() > 0 && rule.first_zero) sorted.select(-1, 0).fill_(0);
+      if (sorted.numel() > 0 && rule.last_total) sorted.select(-1, -1).fill_(rule.total);
+      return sorted;
+    }
+    case Kind::kLengths: {
+      if (v.dim() == 0 || v.numel() == 0) return v.clone().fill_(rule.total);
+      at::Tensor cuts = std::get<0>(v.to(at::kLong).clamp(0, rule.total).sort(-1));
+      cuts.select(-1, -1).fill_(rule.total);
+      return at::diff(cuts, 1, -1, at::zeros_like(cuts.narrow(-1, 0, 1))).to(v.scalar_type());
+    }
+    case Kind::kDistinctIndices: {
+      // Plane k's element j gets j * step + (its drawn value mod step): distinct
+      // and inside [0, total) while the plane has at most `total` elements.
+      if (v.dim() < rule.plane_dims || v.numel() == 0 || rule.total <= 0) return v;
+      int64_t count = 1;
+      for (int64_t d = v.dim() - rule.plane_dims; d < v.dim(); ++d) count *= v.size(d);
+      const int64_t step = std::max<int64_t>(1, rule.total / std::max<int64_t>(count, 1));
+      at::Tensor j = at::arange(count, at::kLong).view(v.sizes().slice(v.dim() - rule.plane_dims));
+      at::Tensor idx = (j * step + v.to(at::kLong).remainder(step)).remainder(rule.total);
+      return idx.expand(v.sizes()).to(v.scalar_type());
+    }
+    case Kind::kPositiveDefinite: {
+      if (!(v.is_floating_point() || v.is_complex())) return v;
+      const at::ScalarType wide = v.is_complex() ? at::kComplexDouble : at::kDouble;
+      at::Tensor a = v.to(wide);
+      const int64_t n = a.size(-1);
+      at::Tensor spd = at::matmul(a, a.transpose(-2, -1).conj()) + at::eye(n, a.options()) * static_cast<double>(n);
+      return spd.to(v.scalar_type());
+    }
+  }
+  return v;
+}
+
+// The storage base with the argument's view holding the values of `rule`.
+// Views that overlap themselves (expanded arguments) keep the drawn values.
+at::Tensor ApplyRule(const at::Tensor& base, const TensorSpec& spec, const ValueRule& rule) {
+  at::Tensor out = base.clone();
+  at::Tensor view = out.as_strided(spec.shape, spec.strides, spec.storage_offset);
+  if (at::has_internal_overlap(view) != at::MemOverlap::No) return base;
+  view.copy_(Structured(view.clone(), rule));
+  return out;
 }
 
 bool IsOptionalTensorList(const c10::Argument& arg) {
@@ -517,7 +632,7 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
   m.op_case_ = input_case;
   m.cache_ptr_ = cache;
   IndexRules(m.op_case_);
-  const OffsetsRule offsets = OffsetsRuleOf(m.op_case_);
+  const ValueRule rule = ValueRuleOf(m.op_case_);
   const auto& schema_args = schema.arguments();
   if (schema_args.size() != m.op_case_.args.size()) {
     return Status::InvalidArgument(input_case.QualifiedName() + ": case has " + std::to_string(input_case.args.size()) +
@@ -539,15 +654,15 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
       for (int64_t s : spec.strides) {
         if (s < 0) return Status::InvalidArgument(input_case.QualifiedName() + ": argument '" + a.name + "' has a negative stride");
       }
-      const bool is_offsets = offsets.total >= 0 && a.name == offsets.arg;
+      const bool structured = rule.kind != ValueRule::Kind::kNone && a.name == rule.arg;
       const std::string key = SpecKey(spec) + "#" + std::to_string(rank[SpecKey(spec)]++) + "@" + std::to_string(seed) +
-                              (is_offsets ? offsets.KeySuffix() : "");
+                              (structured ? rule.KeySuffix() : "");
       uint64_t state = 0xcbf29ce484222325ULL;  // FNV-1a: portable, unlike std::hash
       for (unsigned char ch : key) state = (state ^ ch) * 0x100000001b3ULL;
       const uint64_t offset = SplitMix64(state);
       auto make = [&] {
         at::Tensor base = MakeBase(spec, offset);
-        return is_offsets ? Offsets(base, offsets) : base;
+        return structured ? ApplyRule(base, spec, rule) : base;
       };
       MaterializedCase::TensorInput in;
       if (cache) {

@@ -533,7 +533,6 @@ class Replayer {
   // the unit stage's rules; the golden of the call decides a miss.
   Failure CompareCall(const ProgramCall& call, const Op& op, const std::vector<c10::IValue>& got,
                       const std::vector<c10::IValue>& want) {
-    const bool meaningful = ValuesMeaningful(*call.op_case);
     std::vector<c10::IValue> golden;
     bool golden_tried = false;
     for (size_t k = 0; k < want.size(); ++k) {
@@ -543,6 +542,7 @@ class Replayer {
       const Tolerance tol = options_.check.comparison.For(call.op, call.overload, dt);
       const double mult = options_.check.comparison.MultiplierFor(call.op, call.overload, dt);
       const at::Tensor b = got[k].toTensor().to(c10::kCPU);
+      const bool meaningful = ValuesMeaningful(*call.op_case, k);
       TensorComparison c = CompareTensors(b, r, at::Tensor(), tol, mult, meaningful);
       if (c.outcome == Outcome::kMismatch && options_.check.golden != GoldenMode::kNever) {
         if (!golden_tried) {
@@ -703,7 +703,7 @@ class Replayer {
         if (mode_ == Mode::kModule) dev_owner_[id] = call.module;
         if (!ReadLater(id, call.index) && !carried_.count(id)) {
           judged_.push_back({id, call.index, b.to(c10::kCPU), r, Qualified(call), call.phase,
-                             ValuesMeaningful(*call.op_case), mode_ == Mode::kModule ? call.module : ""});
+                             ValuesMeaningful(*call.op_case, k), mode_ == Mode::kModule ? call.module : ""});
         }
       }
       if (!carried_.empty()) RecordTraining(call);

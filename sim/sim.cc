@@ -266,6 +266,15 @@ at::Tensor TensorOver(c10::Storage storage, c10::DispatchKeySet keys, caffe2::Ty
   return t;
 }
 
+// A view over the memory of `from` reads its values only with its lazy
+// conjugate and negative bits (x.conj() of a complex tensor is a view with
+// the conjugate bit set); without them the view holds other values.
+at::Tensor WithMathBitsOf(at::Tensor view, const at::Tensor& from) {
+  if (from.is_conj()) view._set_conj(true);
+  if (from.is_neg()) view._set_neg(true);
+  return view;
+}
+
 at::Tensor EmptySim(c10::IntArrayRef size, c10::ScalarType dtype, std::optional<c10::MemoryFormat> format) {
   return at::detail::empty_generic(size, &TheAllocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype,
                                    format);
@@ -290,7 +299,8 @@ at::Tensor HostView(const at::Tensor& sim) {
                    c10::GetCPUAllocator(), /*resizable=*/true);
   c10::DispatchKeySet keys(c10::DispatchKey::CPU);
   if (!sim.is_inference()) keys = keys | c10::DispatchKeySet({c10::DispatchKey::AutogradCPU, c10::DispatchKey::ADInplaceOrView});
-  return TensorOver(std::move(cpu), keys, sim.dtype(), sim.sizes(), sim.strides(), sim.storage_offset());
+  return WithMathBitsOf(TensorOver(std::move(cpu), keys, sim.dtype(), sim.sizes(), sim.strides(), sim.storage_offset()),
+                        sim);
 }
 
 at::Tensor OnHost(const at::Tensor& t) { return IsSim(t) ? HostView(t) : t; }
@@ -722,15 +732,16 @@ class HostCall {
     const char* p = static_cast<const char*>(t.storage().data_ptr().get());
     for (const Alias& a : aliases_) {
       if (impl == a.storage || impl == a.host.storage().unsafeGetStorageImpl()) {
-        return TensorOver(a.sim.storage(), a.sim.key_set(), t.dtype(), t.sizes(), t.strides(),
-                          t.storage_offset());
+        return WithMathBitsOf(
+            TensorOver(a.sim.storage(), a.sim.key_set(), t.dtype(), t.sizes(), t.strides(), t.storage_offset()), t);
       }
       // Memory inside a sim argument's bytes under another storage object.
       if (p != nullptr && p >= a.data && p < a.data + a.nbytes) {
         const int64_t bytes = (p - a.data) + t.storage_offset() * static_cast<int64_t>(t.dtype().itemsize());
         if (bytes % static_cast<int64_t>(t.dtype().itemsize()) == 0) {
-          return TensorOver(a.sim.storage(), a.sim.key_set(), t.dtype(), t.sizes(), t.strides(),
-                            bytes / static_cast<int64_t>(t.dtype().itemsize()));
+          return WithMathBitsOf(TensorOver(a.sim.storage(), a.sim.key_set(), t.dtype(), t.sizes(), t.strides(),
+                                           bytes / static_cast<int64_t>(t.dtype().itemsize())),
+                                t);
         }
       }
     }

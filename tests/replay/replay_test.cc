@@ -234,7 +234,7 @@ TEST(Replay, IndexInputsStayInsideTheIndexedDimension) {
   EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
 }
 
-// Note [Offsets arguments]: _grouped_mm's offsets are cumulative group ends
+// Note [Structured arguments]: _grouped_mm's offsets are cumulative group ends
 // inside the split dimension, ending at its size, so the kernel stays in
 // bounds and its result is the same on every run.
 TEST(Replay, GroupedMatmulOffsetsAreSortedGroupEndsCoveringTheRows) {
@@ -253,7 +253,7 @@ TEST(Replay, GroupedMatmulOffsetsAreSortedGroupEndsCoveringTheRows) {
   EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
 }
 
-// Note [Offsets arguments]: embedding_bag's offsets start each bag inside the
+// Note [Structured arguments]: embedding_bag's offsets start each bag inside the
 // indices: sorted, the first 0, and with include_last_offset the last the
 // number of indices; the indices stay inside the table. Drawn freely, the
 // reference refuses the case ("offsets[0] has to be 0").
@@ -304,9 +304,77 @@ TEST(Replay, UninitialisedAndRandomOutputsAreNotComparedByValue) {
                          "aten::empty_permuted", "aten::randn", "aten::bernoulli_", "aten::geometric_", "aten::cauchy_"}) {
     OpCase c;
     c.op = op;
-    EXPECT_FALSE(ValuesMeaningful(c)) << op;
+    EXPECT_FALSE(ValuesMeaningful(c, 0)) << op;
   }
-  EXPECT_TRUE(ValuesMeaningful(testing::MmCase(2, 3, 4)));
+  EXPECT_TRUE(ValuesMeaningful(testing::MmCase(2, 3, 4), 0));
+  // rrelu draws its slopes only in training mode.
+  OpCase rrelu = MakeCase("aten::rrelu_with_noise", "", {TensorArg("self", DType::kFloat32, {8}), testing::BoolArg("training", true)});
+  EXPECT_FALSE(ValuesMeaningful(rrelu, 0));
+  rrelu.args[1].b = false;
+  EXPECT_TRUE(ValuesMeaningful(rrelu, 0));
+  // _ctc_loss's log_alpha (output 1) is partly uninitialised; the loss is not.
+  OpCase ctc;
+  ctc.op = "aten::_ctc_loss";
+  EXPECT_TRUE(ValuesMeaningful(ctc, 0));
+  EXPECT_FALSE(ValuesMeaningful(ctc, 1));
+}
+
+// Note [Structured arguments]: segment_reduce's lengths are >= 0 and sum to
+// the reduced axis (drawn freely, the reference refuses them), its offsets
+// run from 0 to it.
+TEST(Replay, SegmentReduceLengthsAndOffsetsCoverTheReducedAxis) {
+  for (const char* arg : {"lengths", "offsets"}) {
+    const bool lengths = std::string_view(arg) == "lengths";
+    TensorSpec cuts = testing::Spec(DType::kInt64, {3, lengths ? 4 : 5}, ValueDomain{ValueDomain::Kind::kInteger, -3, 50});
+    OpCase c = MakeCase("aten::segment_reduce", "",
+                        {TensorArg("data", DType::kFloat32, {3, 20, 2}), testing::StrArg("reduce", "sum"),
+                         lengths ? TensorArg("lengths", cuts) : testing::NoneArg("lengths"), testing::NoneArg("indices"),
+                         lengths ? testing::NoneArg("offsets") : TensorArg("offsets", cuts), testing::IntArg("axis", 1),
+                         testing::BoolArg("unsafe", false), testing::NoneArg("initial")});
+    const std::vector<c10::IValue> inputs = CpuInputs(c, /*seed=*/7);
+    ASSERT_FALSE(inputs.empty());
+    const at::Tensor t = inputs[lengths ? 2 : 4].toTensor();
+    if (lengths) {
+      EXPECT_GE(t.min().item<int64_t>(), 0);
+      EXPECT_TRUE(at::equal(t.sum(-1), at::full({3}, 20, at::kLong))) << t;
+    } else {
+      EXPECT_TRUE(at::equal(t, std::get<0>(t.sort(-1)))) << t;
+      EXPECT_TRUE(at::equal(t.select(-1, 0), at::zeros({3}, at::kLong))) << t;
+      EXPECT_TRUE(at::equal(t.select(-1, -1), at::full({3}, 20, at::kLong))) << t;
+    }
+    CaseResult r = RunOn(Cpu(), c);
+    EXPECT_EQ(r.outcome, Outcome::kPass) << arg << ": " << r.error;
+  }
+}
+
+// Note [Structured arguments]: max_unpool's indices are distinct in each
+// plane; with duplicates the CPU's own threads wrote in a different order
+// from run to run (OpInfo's samples "failed" on cpu).
+TEST(Replay, MaxUnpoolIndicesAreDistinctInsideEachPlane) {
+  TensorSpec idx = testing::Spec(DType::kInt64, {2, 3, 4, 5}, ValueDomain{ValueDomain::Kind::kInteger, 0, 3});
+  OpCase c = MakeCase("aten::max_unpool2d", "",
+                      {TensorArg("self", DType::kFloat32, {2, 3, 4, 5}), TensorArg("indices", idx),
+                       testing::IntListArg("output_size", {8, 10})});
+  const std::vector<c10::IValue> inputs = CpuInputs(c, /*seed=*/11);
+  ASSERT_FALSE(inputs.empty());
+  const at::Tensor planes = inputs[1].toTensor().reshape({6, 20});
+  EXPECT_LT(planes.max().item<int64_t>(), 80);
+  EXPECT_GE(planes.min().item<int64_t>(), 0);
+  for (int64_t p = 0; p < 6; ++p) EXPECT_EQ(std::get<0>(at::_unique2(planes[p])).numel(), 20) << planes[p];
+  CaseResult r = RunOn(Cpu(), c);
+  EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
+}
+
+// Note [Structured arguments]: the cholesky ops get a positive definite input.
+TEST(Replay, CholeskyInputsArePositiveDefinite) {
+  OpCase c = MakeCase("aten::cholesky", "", {TensorArg("self", DType::kFloat32, {2, 6, 6}), testing::BoolArg("upper", false)});
+  const std::vector<c10::IValue> inputs = CpuInputs(c, /*seed=*/13);
+  ASSERT_FALSE(inputs.empty());
+  const at::Tensor a = inputs[0].toTensor().to(at::kDouble);
+  EXPECT_TRUE(at::allclose(a, a.transpose(-2, -1)));
+  EXPECT_GT(at::linalg_eigvalsh(a).min().item<double>(), 0.0);
+  CaseResult r = RunOn(Cpu(), c);
+  EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
 }
 
 TEST(Replay, SparseOutputsAreSkippedWithTheReasonNotAnInternalError) {

@@ -252,6 +252,24 @@ TEST_F(SimOps, ViewsShareTheSimStorage) {
   ExpectSame(parts[1], a.split(1, 1)[1], "split");
 }
 
+// A conjugate (x.conj() of a complex tensor) is a view with the conjugate
+// bit; found by `coverage import opinfo` (19 `_conj` samples): sim's host
+// views dropped the bit, so the conjugate read back as the tensor itself.
+TEST_F(SimOps, ConjugateAndNegativeViewsKeepTheirMathBits) {
+  at::Tensor c = at::randn({3, 4}, at::kComplexFloat);
+  at::Tensor s = OnSim(c);
+  at::Tensor conj = s.conj();
+  EXPECT_TRUE(conj.is_conj());
+  EXPECT_TRUE(conj.is_alias_of(s));
+  EXPECT_TRUE(at::equal(conj.cpu(), c.conj().resolve_conj()));
+  EXPECT_TRUE(at::equal(at::_conj(s).cpu(), at::_conj(c).resolve_conj()));
+  EXPECT_TRUE(at::equal(conj.resolve_conj().cpu(), c.conj().resolve_conj()));
+  EXPECT_TRUE(at::equal((conj * 2).cpu(), c.conj() * 2));
+  at::Tensor neg = at::_neg_view(OnSim(at::randn({5})));
+  EXPECT_TRUE(neg.is_neg());
+  EXPECT_TRUE(at::equal(neg.cpu(), neg.resolve_neg().cpu()));
+}
+
 TEST_F(SimOps, ViewsMadeInInferenceModeOfNormalTensorsStayNormal) {
   at::Tensor s = OnSim(at::randn({4, 6}));
   ASSERT_FALSE(s.is_inference());

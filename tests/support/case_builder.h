@@ -59,6 +59,14 @@ inline Argument BoolArg(std::string name, bool v) {
   return a;
 }
 
+inline Argument StrArg(std::string name, std::string v) {
+  Argument a;
+  a.name = std::move(name);
+  a.kind = Argument::Kind::kString;
+  a.s = std::move(v);
+  return a;
+}
+
 inline Argument NoneArg(std::string name) {
   Argument a;
   a.name = std::move(name);
