@@ -39,6 +39,9 @@ results() {
                 FROM results r JOIN op_cases c ON c.case_id = r.case_id WHERE r.run_id = '$2' ORDER BY c.key"
 }
 
+# Compares two result listings; on a difference prints the differing rows.
+same_results() { cmp -s "$1" "$2" || { diff "$1" "$2" | head -20 >&2; return 1; }; }
+
 # 1. The uninterrupted reference run.
 "$BIN" -q --registry "$DB" run --stage=unit --run whole > "$TMP/whole.out" 2>&1
 check "uninterrupted run passes" test $? -eq 0
@@ -70,7 +73,7 @@ check "the resumed run finishes" test $? -eq 0
 echo "killed $kills times, with results stored at each kill:$seen"
 check "the run was killed at several points" test "$kills" -ge 3
 results "$DB" killed > "$TMP/killed.txt"
-check "killed-and-resumed results equal the uninterrupted run" cmp -s "$TMP/whole.txt" "$TMP/killed.txt"
+check "killed-and-resumed results equal the uninterrupted run" same_results "$TMP/whole.txt" "$TMP/killed.txt"
 check "nothing left in flight" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM in_flight WHERE run_id = 'killed'")" -eq 0
 check "the killed run is finished" test -n "$(sqlite3 "$DB" "SELECT finished_at FROM runs WHERE run_id = 'killed'")"
 
@@ -91,7 +94,7 @@ wait "$first" 2>/dev/null
 check "the run is taken over from the killed writer" test $? -eq 0
 check "the takeover is said" contains "$TMP/dual3.out" "run 'dual': taking over from process $first on host"
 results "$DB" dual > "$TMP/dual.txt"
-check "taken-over results equal the uninterrupted run" cmp -s "$TMP/whole.txt" "$TMP/dual.txt"
+check "taken-over results equal the uninterrupted run" same_results "$TMP/whole.txt" "$TMP/dual.txt"
 check "no lease is left behind" test "$(sqlite3 "$DB" "SELECT COUNT(*) FROM run_leases")" -eq 0
 
 # 3. Shards merged equal the unsharded run.
@@ -99,7 +102,7 @@ cp "$DB" "$TMP/merged.db"
 COVERAGE_BIN=$BIN bash "$SRC/deploy/local/run_shards.sh" "$TMP/merged.db" 3 sharded --stage=unit > "$TMP/shards.out" 2>&1
 check "three shards run and merge" test $? -eq 0 || cat "$TMP/shards.out" >&2
 results "$TMP/merged.db" sharded > "$TMP/sharded.txt"
-check "merged shards equal the unsharded run" cmp -s "$TMP/whole.txt" "$TMP/sharded.txt"
+check "merged shards equal the unsharded run" same_results "$TMP/whole.txt" "$TMP/sharded.txt"
 check "the merged run is finished" contains "$TMP/shards.out" "finished (3 of 3 shards finished)"
 shard_total=0
 for i in 0 1 2; do
