@@ -322,6 +322,23 @@ int64_t TensorSpec::StorageNumel() const {
   return last + 1;
 }
 
+// Note [Storage keys]
+// Replay makes a tensor argument's whole storage (StorageNumel elements) and
+// views it with the recorded shape, strides and offset; the storage's values
+// depend on this key, the argument's rank among the case's arguments of the
+// same key, and the seed. Keying by storage rather than by view lets the
+// cases of one model that read a weight through different views (`t` of it,
+// `mm` with its transpose, an `embedding` of a tied table) share one made
+// storage, and lets the unit stage run them one after the other
+// (stages/unit_stage.cc) while that storage is still in the input cache.
+std::string TensorSpec::StorageKey() const {
+  std::string k = std::string(DTypeName(dtype)) + "[" + std::to_string(StorageNumel()) + "]" +
+                  std::string(ValueDomainKindName(domain.kind));
+  if (domain.kind == ValueDomain::Kind::kInteger) k += std::to_string(domain.lo) + ":" + std::to_string(domain.hi);
+  if (domain.kind == ValueDomain::Kind::kMask) k += ToShortString();
+  return k;
+}
+
 bool TensorSpec::SizesFit() const {
   int64_t n = 1, last = storage_offset;
   for (size_t i = 0; i < shape.size(); ++i) {

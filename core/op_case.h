@@ -76,6 +76,12 @@ struct TensorSpec {
   // parsers refuse such a spec (a corrupt or hostile record) rather than let
   // every size computation after them be undefined.
   bool SizesFit() const;
+  // What fixes the values replay gives the storage under this view: dtype,
+  // storage size and value domain (and the shape, for a mask, whose values
+  // follow its rows and columns). A weight and a transposed or sliced view
+  // of it have one storage key, so the cases that read them share values
+  // and the replay's input cache. Note [Storage keys] in op_case.cc.
+  std::string StorageKey() const;
   // "f32[8,1,2048]" with "{s=...}" appended when not contiguous.
   std::string ToShortString() const;
   // The form a tensor argument has in the canonical case JSON (compact).

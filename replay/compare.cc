@@ -229,4 +229,38 @@ TensorComparison CompareTensors(const at::Tensor& backend, const at::Tensor& ref
   return r;
 }
 
+// Note [Views compared by their metadata]
+// A view op (`t`, `transpose`, `view`, `expand`, `slice`, ... whose schema
+// returns an alias of an argument) computes no value: its output reads the
+// input's storage. When the backend's output is a view of the backend's own
+// copy of that input with the reference's sizes, strides, byte offset, dtype
+// and math bits, every element it reads is the element the reference's view
+// reads, from the same input values: the pass is known without reading them
+// (over a large weight, that scan and the copy back to the host were most of
+// the unit stage's comparison time: bench/README.md). A view with other
+// metadata, or an output that is not a view of the input (a backend that
+// copies), takes the full comparison. What this does not check is the
+// input's copy to the device, which every case that computes checks.
+std::optional<TensorComparison> CompareAsViews(const at::Tensor& backend, const at::Tensor& backend_input,
+                                               const at::Tensor& reference, const at::Tensor& reference_input) {
+  for (const at::Tensor* t : {&backend, &backend_input, &reference, &reference_input}) {
+    if (!t->defined() || t->layout() != at::kStrided || !t->has_storage()) return std::nullopt;
+  }
+  auto byte_offset = [](const at::Tensor& view, const at::Tensor& of) {
+    return view.storage_offset() * static_cast<int64_t>(view.itemsize()) -
+           of.storage_offset() * static_cast<int64_t>(of.itemsize());
+  };
+  const bool same = backend.storage().is_alias_of(backend_input.storage()) &&
+                    reference.storage().is_alias_of(reference_input.storage()) &&
+                    backend.scalar_type() == reference.scalar_type() && backend.sizes() == reference.sizes() &&
+                    backend.strides() == reference.strides() &&
+                    byte_offset(backend, backend_input) == byte_offset(reference, reference_input) &&
+                    backend.is_conj() == reference.is_conj() && backend.is_neg() == reference.is_neg() &&
+                    backend_input.scalar_type() == reference_input.scalar_type();
+  if (!same) return std::nullopt;
+  TensorComparison r;
+  r.elements = reference.numel();
+  return r;
+}
+
 }  // namespace coverage::replay

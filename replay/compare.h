@@ -33,4 +33,12 @@ struct TensorComparison {
 TensorComparison CompareTensors(const at::Tensor& backend, const at::Tensor& reference, const at::Tensor& golden,
                                 Tolerance tolerance, double multiplier, bool values_meaningful);
 
+// Note [Views compared by their metadata] in compare.cc: when `backend` is a
+// view of the backend's input `backend_input` exactly as `reference` is of
+// `reference_input` (same storage, sizes, strides, byte offset, dtype and
+// conjugate and negative bits), its values are the input's, and the pass is
+// returned without reading an element; otherwise nothing.
+std::optional<TensorComparison> CompareAsViews(const at::Tensor& backend, const at::Tensor& backend_input,
+                                               const at::Tensor& reference, const at::Tensor& reference_input);
+
 }  // namespace coverage::replay

@@ -173,11 +173,26 @@ at::Tensor MakeBase(const TensorSpec& spec, uint64_t offset) {
     return u.lt(0.5);
   }
   if (IsIntegralDType(spec.dtype) || d.kind == ValueDomain::Kind::kInteger) {
-    int64_t lo = d.kind == ValueDomain::Kind::kInteger ? d.lo : 0;
-    int64_t hi = d.kind == ValueDomain::Kind::kInteger ? d.hi : 16;
+    // In double: a domain as wide as int64 (a recorded one starting at its minimum)
+    // overflows hi - lo in int64 (found by UBSan). An integer dtype keeps the
+    // values inside its range, so that the conversion below is defined.
+    double lo = d.kind == ValueDomain::Kind::kInteger ? static_cast<double>(d.lo) : 0.0;
+    double hi = d.kind == ValueDomain::Kind::kInteger ? static_cast<double>(d.hi) : 16.0;
+    double top = std::numeric_limits<double>::infinity();  // values stay below it
+    if (IsIntegralDType(spec.dtype)) {
+      const int bits = static_cast<int>(8 * DTypeSize(spec.dtype));
+      const bool is_unsigned = spec.dtype == DType::kUInt8;
+      const double bottom = is_unsigned ? 0.0 : -std::ldexp(1.0, bits - 1);
+      top = is_unsigned ? std::ldexp(1.0, bits) : std::ldexp(1.0, bits - 1);  // exact powers of two
+      lo = std::clamp(lo, bottom, top - 1);
+      hi = std::clamp(hi, lo + 1, top);
+    }
+    if (!(hi > lo)) hi = lo + 1;
     at::Tensor u = at::empty({n}, at::kDouble);
-    FillAffine<double, double>(u.data_ptr<double>(), n, offset, static_cast<double>(hi - lo), static_cast<double>(lo));
-    return u.floor_().clamp_(static_cast<double>(lo), static_cast<double>(hi - 1)).to(st);
+    FillAffine<double, double>(u.data_ptr<double>(), n, offset, hi - lo, lo);
+    // hi - 1 rounds up to 2^63 for int64; the largest double below the top stays in range.
+    const double upper = std::min(hi - 1, std::nextafter(top, 0.0));
+    return u.floor_().clamp_(lo, upper).to(st);
   }
   auto [scale, shift] = AffineFor(d.kind);
   at::Tensor t = FillFlat(st, n, offset, scale, shift, Pool().data(), /*double_from_float=*/false);
@@ -249,7 +264,8 @@ void IndexRules(OpCase& c) {
     return;
   }
   if (op == "aten::nll_loss" || op == "aten::nll_loss_nd" || op == "aten::nll_loss2d" ||
-      op == "aten::cross_entropy_loss" || op == "aten::nll_loss_forward") {
+      op == "aten::cross_entropy_loss" || op == "aten::nll_loss_forward" || op == "aten::nll_loss2d_forward" ||
+      op == "aten::nll_loss_backward" || op == "aten::nll_loss2d_backward") {
     TensorSpec* self = tensor("self");
     TensorSpec* target = tensor("target");
     if (self && target) ClampIndex(*target, dim_size(self, self->shape.size() >= 2 ? 1 : 0), false);
@@ -639,7 +655,7 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
                                    " arguments but the schema '" + c10::toString(schema) + "' has " +
                                    std::to_string(schema_args.size()));
   }
-  std::unordered_map<std::string, int> rank;  // how often a spec occurred so far in this case
+  std::unordered_map<std::string, int> rank;  // how often a storage key occurred so far in this case
   for (size_t i = 0; i < schema_args.size(); ++i) {
     const Argument& a = m.op_case_.args[i];
     MaterializedCase::Slot slot;
@@ -655,7 +671,10 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
         if (s < 0) return Status::InvalidArgument(input_case.QualifiedName() + ": argument '" + a.name + "' has a negative stride");
       }
       const bool structured = rule.kind != ValueRule::Kind::kNone && a.name == rule.arg;
-      const std::string key = SpecKey(spec) + "#" + std::to_string(rank[SpecKey(spec)]++) + "@" + std::to_string(seed) +
+      // Note [Storage keys] in core/op_case.cc; a structured argument's
+      // values follow its view, so its whole spec keys it.
+      const std::string storage = structured ? SpecKey(spec) : spec.StorageKey();
+      const std::string key = storage + "#" + std::to_string(rank[storage]++) + "@" + std::to_string(seed) +
                               (structured ? rule.KeySuffix() : "");
       uint64_t state = 0xcbf29ce484222325ULL;  // FNV-1a: portable, unlike std::hash
       for (unsigned char ch : key) state = (state ^ ch) * 0x100000001b3ULL;

@@ -1,13 +1,15 @@
 // Materialisation: turning an OpCase's argument descriptions into real
 // values that keep the op valid. Internal to replay/ (torch types).
 //
-// Values are deterministic: a tensor's values depend only on its spec, its
-// rank among the arguments with the same spec, and the seed. They are drawn
-// from one pool of uniform numbers generated once, so making a tensor costs
-// one pass over its storage rather than a random-number generator call per
-// element, and an InputCache lets cases that share a spec (the same weight in
-// prefill and decode cases) share the values. See Note [Value domains] in
-// materialize.cc.
+// Values are deterministic: a tensor's values depend only on its storage
+// key (dtype, storage size, value domain: Note [Storage keys] in
+// core/op_case.cc), its rank among the arguments with the same key, and the
+// seed. They are drawn from one pool of uniform numbers generated once, so
+// making a tensor costs one pass over its storage rather than a
+// random-number generator call per element, and an InputCache lets cases
+// that share a storage (a weight in prefill and decode cases, and its
+// transposed view in another op) share the values. See Note [Value domains]
+// in materialize.cc.
 #pragma once
 
 #include <cstdint>

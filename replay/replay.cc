@@ -60,6 +60,26 @@ std::vector<c10::IValue> Outputs(const torch::jit::Stack& after, const std::vect
   return out;
 }
 
+// For each return of a schema whose returns are all single tensors: the
+// argument it is a read-only view of (`t(Tensor(a) self) -> Tensor(a)`),
+// if any. Empty when a return is a list (outputs are flattened).
+std::vector<std::optional<size_t>> ViewedArguments(const c10::FunctionSchema& schema) {
+  std::vector<std::optional<size_t>> out;
+  for (const c10::Argument& ret : schema.returns()) {
+    if (ret.type()->kind() != c10::TypeKind::TensorType) return {};
+    std::optional<size_t> arg;
+    const c10::AliasInfo* alias = ret.alias_info();
+    if (alias != nullptr && !alias->isWrite()) {
+      for (size_t j = 0; j < schema.arguments().size(); ++j) {
+        const c10::AliasInfo* a = schema.arguments()[j].alias_info();
+        if (a != nullptr && !a->isWrite() && a->beforeSets() == alias->beforeSets()) arg = j;
+      }
+    }
+    out.push_back(arg);
+  }
+  return out;
+}
+
 int Severity(Outcome o) {
   switch (o) {
     case Outcome::kPass: return 0;
@@ -227,11 +247,15 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   res.timing.materialize_us += Micros(t0, Clock::now());
 
   const c10::Device cpu(c10::kCPU);
+  // The arguments of the reference call and of the backend's first call:
+  // Note [Views compared by their metadata] in compare.cc.
+  std::vector<c10::IValue> reference_inputs, backend_inputs;
   // Runs the op once on CPU with freshly built inputs.
   auto run_cpu = [&](bool to_double, double* compute_us) -> std::vector<c10::IValue> {
     auto tm = Clock::now();
     auto inputs = m.Build(cpu, to_double, /*verify=*/false);
     if (!inputs) throw std::runtime_error(inputs.error().message());
+    if (!to_double) reference_inputs = *inputs;
     torch::jit::Stack stack = *inputs;
     auto tc = Clock::now();
     res.timing.materialize_us += Micros(tm, tc);
@@ -330,6 +354,7 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
       if (iter == 0) {
         res.first_call_us = us;
         produced = Outputs(stack, *inputs, m.mutated());
+        backend_inputs = std::move(*inputs);
       } else {
         warm.push_back(us);
       }
@@ -361,6 +386,7 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
 
   // Compare.
   auto tcmp = Clock::now();
+  const std::vector<std::optional<size_t>> viewed = ViewedArguments(op.schema());
   nlohmann::json details = nlohmann::json::array();
   if (produced.size() != reference.size()) {
     res.outcome = Outcome::kShapeMismatch;
@@ -389,7 +415,16 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
         };
         at::Tensor gt = golden_of();
         const bool meaningful = ValuesMeaningful(op_case, i);
-        TensorComparison c = CompareTensors(b.toTensor(), rt, gt, tol, multiplier, meaningful);
+        std::optional<TensorComparison> as_view;
+        if (i < viewed.size() && viewed[i] && *viewed[i] < backend_inputs.size() &&
+            *viewed[i] < reference_inputs.size() && backend_inputs[*viewed[i]].isTensor() &&
+            reference_inputs[*viewed[i]].isTensor()) {
+          as_view = CompareAsViews(b.toTensor(), backend_inputs[*viewed[i]].toTensor(), rt,
+                                   reference_inputs[*viewed[i]].toTensor());
+          if (as_view && gt.defined()) as_view->error_ratio = 1.0;
+        }
+        TensorComparison c =
+            as_view ? *as_view : CompareTensors(b.toTensor(), rt, gt, tol, multiplier, meaningful);
         if (c.outcome == Outcome::kMismatch && !golden_tried) {
           // Outside the reference tolerance: let the golden decide (rule (b)).
           auto tg = Clock::now();

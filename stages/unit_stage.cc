@@ -1,6 +1,8 @@
 #include "stages/unit_stage.h"
 
+#include <algorithm>
 #include <chrono>
+#include <tuple>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -39,6 +41,46 @@ registry::ResultRecord ToRecord(const std::string& run_id, int64_t case_id, cons
     rec.attempt_outcomes += (rec.attempt_outcomes.empty() ? "" : ",") + std::string(OutcomeName(o));
   }
   return rec;
+}
+
+// Note [Case order]
+// The cases run grouped by their largest input storage (Note [Storage keys]
+// in core/op_case.cc), the largest first: the cases that read one weight
+// (`t` of it, `mm` with it, its optimizer steps, in prefill and decode) run
+// one after the other while the replay's input cache still holds its
+// storage, instead of spread over the run in key order, where each made it
+// again. The order changes no result: every input is seeded by its case.
+struct LargestInput {
+  int64_t bytes = 0;
+  std::string key;
+};
+
+LargestInput LargestInputOf(const OpCase& c) {
+  LargestInput out;
+  auto consider = [&](const TensorSpec& t) {
+    if (!t.SizesFit()) return;
+    const int64_t bytes = t.StorageNumel() * DTypeSize(t.dtype);
+    if (bytes > out.bytes) out = {bytes, t.StorageKey()};
+  };
+  for (const auto& a : c.args) {
+    if (a.kind == Argument::Kind::kTensor) consider(a.tensor);
+    if (a.kind == Argument::Kind::kTensorList) {
+      for (const auto& t : a.tensors) {
+        if (t) consider(*t);
+      }
+    }
+  }
+  return out;
+}
+
+void OrderForInputReuse(std::vector<const registry::StoredCase*>& todo) {
+  std::vector<std::pair<LargestInput, const registry::StoredCase*>> keyed;
+  keyed.reserve(todo.size());
+  for (const auto* c : todo) keyed.emplace_back(LargestInputOf(c->op_case), c);
+  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
+    return std::tie(b.first.bytes, a.first.key) < std::tie(a.first.bytes, b.first.key);
+  });
+  for (size_t i = 0; i < todo.size(); ++i) todo[i] = keyed[i].second;
 }
 
 }  // namespace
@@ -89,6 +131,8 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::Case
       todo.push_back(&c);
     }
   }
+
+  OrderForInputReuse(todo);
 
   Progress progress(fmt::format("unit {} on {}", summary.run_id, options.backend), static_cast<int64_t>(todo.size()),
                     options.progress);

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <limits>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -274,7 +275,9 @@ TEST(Replay, EmbeddingBagOffsetsStartAtZeroAndStayInsideTheIndices) {
     EXPECT_TRUE(at::equal(o, std::get<0>(o.sort())));
     EXPECT_EQ(o[0].item<int64_t>(), 0);
     EXPECT_LE(o.max().item<int64_t>(), 40);
-    if (include_last) EXPECT_EQ(o[-1].item<int64_t>(), 40);
+    if (include_last) {
+      EXPECT_EQ(o[-1].item<int64_t>(), 40);
+    }
     CaseResult r = RunOn(Cpu(), c);
     EXPECT_EQ(r.outcome, Outcome::kPass) << "include_last_offset " << include_last << ": " << r.error;
   }
@@ -297,6 +300,68 @@ TEST(Replay, UnitDomainInputsAreProbabilitiesStrictlyInsideTheUnitInterval) {
   EXPECT_GT(x.max().item<double>(), 0.9);  // the whole interval, not a corner of it
   CaseResult r = RunOn(Cpu(), c);
   EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
+}
+
+// Found by UBSan (scripts/sanitize.sh): an int64 domain from INT64_MIN
+// overflowed hi - lo; values also stay inside a narrower dtype's range.
+TEST(Replay, IntegerDomainsAsWideAsTheirDtypeStayInsideIt) {
+  const int64_t min64 = std::numeric_limits<int64_t>::min(), max64 = std::numeric_limits<int64_t>::max();
+  struct Want {
+    DType dtype;
+    int64_t lo, hi;        // the recorded domain
+    double want_lo, want_hi;  // where the values must lie (inclusive)
+  };
+  for (const Want& w : {Want{DType::kInt64, min64, 16, -9.3e18, 15}, Want{DType::kInt64, 0, max64, 0, 9.3e18},
+                        Want{DType::kInt64, min64, max64, -9.3e18, 9.3e18}, Want{DType::kInt8, -1000, 1000, -128, 127},
+                        Want{DType::kUInt8, -5, 300, 0, 255}}) {
+    TensorSpec t = testing::Spec(w.dtype, {4096}, ValueDomain{ValueDomain::Kind::kInteger, w.lo, w.hi});
+    OpCase c = MakeCase("aten::neg", "", {TensorArg("self", t)});
+    const std::vector<c10::IValue> inputs = CpuInputs(c, /*seed=*/2);
+    ASSERT_FALSE(inputs.empty()) << DTypeName(w.dtype) << " [" << w.lo << ", " << w.hi << ")";
+    const at::Tensor x = inputs[0].toTensor().to(at::kDouble);
+    EXPECT_GE(x.min().item<double>(), w.want_lo) << DTypeName(w.dtype) << " [" << w.lo << ", " << w.hi << ")";
+    EXPECT_LE(x.max().item<double>(), w.want_hi) << DTypeName(w.dtype) << " [" << w.lo << ", " << w.hi << ")";
+    // Spread over the range, not piled at a bound.
+    EXPECT_GT(x.max().item<double>() - x.min().item<double>(), 0.5 * (w.want_hi - w.want_lo));
+  }
+}
+
+// The backward of nll_loss reads its target as class indices too; drawn
+// from the recorded domain (negative here) it was refused by the reference.
+TEST(Replay, NllLossBackwardTargetsAreClassIndices) {
+  TensorSpec target = testing::Spec(DType::kInt64, {16}, ValueDomain{ValueDomain::Kind::kInteger, -100, 50});
+  OpCase c = MakeCase("aten::nll_loss_backward", "",
+                      {TensorArg("grad_output", DType::kFloat32, {}), TensorArg("self", DType::kFloat32, {16, 8}),
+                       TensorArg("target", target), testing::NoneArg("weight"), testing::IntArg("reduction", 1),
+                       testing::IntArg("ignore_index", -100), TensorArg("total_weight", DType::kFloat32, {})});
+  const at::Tensor t = CpuInputs(c, /*seed=*/4)[2].toTensor();
+  EXPECT_GE(t.min().item<int64_t>(), 0);
+  EXPECT_LT(t.max().item<int64_t>(), 8);
+  CaseResult r = RunOn(Cpu(), c);
+  EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
+}
+
+// Note [Storage keys]: a weight and its transposed view hold the same
+// values, so `t(W)` and `mm(x, W^T)` read one storage.
+TEST(Replay, ViewsOfOneStorageHoldTheSameValuesAcrossCases) {
+  TensorSpec w = testing::Spec(DType::kFloat32, {48, 32});
+  TensorSpec wt = w;
+  wt.shape = {32, 48};
+  wt.strides = {1, 32};
+  EXPECT_EQ(w.StorageKey(), wt.StorageKey());
+  const at::Tensor a = CpuInputs(MakeCase("aten::t", "", {TensorArg("self", w)}), 7)[0].toTensor();
+  OpCase mm = MakeCase("aten::mm", "", {TensorArg("self", DType::kFloat32, {4, 32}), TensorArg("mat2", wt)});
+  const at::Tensor b = CpuInputs(mm, 7)[1].toTensor();
+  EXPECT_TRUE(at::equal(a, b.t()));
+  // Another domain or size is another storage.
+  TensorSpec positive = w;
+  positive.domain.kind = ValueDomain::Kind::kPositive;
+  EXPECT_NE(w.StorageKey(), positive.StorageKey());
+  EXPECT_NE(w.StorageKey(), testing::Spec(DType::kFloat32, {48, 33}).StorageKey());
+  // Two arguments of one storage key in one case still differ.
+  OpCase add = MakeCase("aten::mul", "Tensor", {TensorArg("self", w), TensorArg("other", w)});
+  const std::vector<c10::IValue> two = CpuInputs(add, 7);
+  EXPECT_FALSE(at::equal(two[0].toTensor(), two[1].toTensor()));
 }
 
 TEST(Replay, UninitialisedAndRandomOutputsAreNotComparedByValue) {
@@ -426,6 +491,46 @@ TEST(Compare, BackendWithinTheMultiplierOfTheCpuErrorPasses) {
   EXPECT_NEAR(*far.error_ratio, 3.0, 1e-3);
   TensorComparison no_golden = CompareTensors((golden - 1.5e-4).to(at::kFloat), ref, at::Tensor(), tol, 2.0, true);
   EXPECT_EQ(no_golden.outcome, Outcome::kMismatch);
+}
+
+// Note [Views compared by their metadata].
+TEST(Compare, AViewWithTheReferencesMetadataPassesWithoutAScanAndAnyOtherTakesTheScan) {
+  at::Tensor rin = at::arange(24, at::kFloat).reshape({4, 6});
+  at::Tensor bin = rin.clone();  // the backend's own copy of the input
+  auto as_view = [&](const at::Tensor& b, const at::Tensor& r) { return CompareAsViews(b, bin, r, rin); };
+  std::optional<TensorComparison> t = as_view(bin.t(), rin.t());
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->outcome, Outcome::kPass);
+  EXPECT_EQ(t->elements, 24);
+  EXPECT_TRUE(as_view(bin.expand({2, 4, 6}), rin.expand({2, 4, 6})).has_value());
+  EXPECT_TRUE(as_view(bin.view(at::kInt), rin.view(at::kInt)).has_value());
+  // A copy, another offset or strides, another dtype view, a view of another
+  // storage, or a lost conjugate bit: compared element by element.
+  EXPECT_FALSE(as_view(bin.t().contiguous(), rin.t()).has_value());
+  EXPECT_FALSE(as_view(bin.narrow(0, 1, 2), rin.narrow(0, 0, 2)).has_value());
+  EXPECT_FALSE(as_view(bin.as_strided({4, 6}, {1, 4}), rin.as_strided({4, 6}, {6, 1})).has_value());
+  EXPECT_FALSE(as_view(bin.view(at::kInt), rin).has_value());
+  EXPECT_FALSE(as_view(rin.clone().t(), rin.t()).has_value());
+  at::Tensor c = at::complex(rin, rin);
+  at::Tensor cb = c.clone();
+  EXPECT_TRUE(CompareAsViews(cb.conj(), cb, c.conj(), c).has_value());
+  EXPECT_FALSE(CompareAsViews(cb.conj().resolve_conj(), cb, c.conj(), c).has_value());
+  EXPECT_FALSE(CompareAsViews(cb, cb, c.conj(), c).has_value());
+}
+
+// Through the replay: a view op on the CPU backend passes with every element
+// counted; a backend whose `t` returns other values (not a view of its
+// input) is compared element by element and fails.
+TEST(Replay, ViewOpsPassAsViewsAndAViewOpThatComputesWrongValuesFails) {
+  OpCase t = MakeCase("aten::t", "", {TensorArg("self", DType::kFloat32, {64, 32})});
+  CaseResult pass = RunOn(Cpu(), t);
+  EXPECT_EQ(pass.outcome, Outcome::kPass) << pass.error;
+  EXPECT_EQ(pass.max_abs_err, 0.0);
+  EXPECT_NE(pass.detail_json.find("\"elements\":2048"), std::string::npos) << pass.detail_json;
+  auto fake = std::make_shared<FakeBackend>();
+  fake->add_offset["aten::t"] = 1e-2;
+  CaseResult off = RunOn(fake, t);
+  EXPECT_EQ(off.outcome, Outcome::kMismatch) << off.error;
 }
 
 TEST(Compare, IntegersMustBeExactAndMatchingNonFiniteValuesAreFine) {

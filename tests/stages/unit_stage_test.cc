@@ -306,5 +306,30 @@ TEST_F(UnitStage, AHarnessFailureStopsTheRunWithoutStoringTheCaseAndAResumeRunsI
   EXPECT_TRUE(reg_->InFlight("harness")->empty());
 }
 
+// Note [Case order]: the cases reading one storage (a weight, `t` of it and
+// `mm` with its transposed view) run one after the other, the largest
+// storage first, whatever their keys.
+TEST_F(UnitStage, CasesSharingTheirLargestInputRunOneAfterTheOther) {
+  TensorSpec w = testing::Spec(DType::kFloat32, {64, 32});
+  TensorSpec wt = w;
+  wt.shape = {32, 64};
+  wt.strides = {1, 32};
+  const OpCase t = testing::MakeCase("aten::t", "", {testing::TensorArg("self", w)});
+  const OpCase mm1 = testing::MakeCase(
+      "aten::mm", "", {testing::TensorArg("self", DType::kFloat32, {2, 32}), testing::TensorArg("mat2", wt)});
+  const OpCase mm2 = testing::MakeCase(
+      "aten::mm", "", {testing::TensorArg("self", DType::kFloat32, {1, 32}), testing::TensorArg("mat2", wt)});
+  const OpCase big = testing::MulCase({64, 64});
+  for (const OpCase* c : {&mm1, &t, &big, &mm2}) AddCase(*c, 1.0);
+  CountingExecutor exec;
+  UnitStageOptions options;
+  options.progress = false;
+  ASSERT_TRUE(RunUnitStage(*reg_, exec, options).has_value());
+  ASSERT_EQ(exec.seen.size(), 14u);
+  EXPECT_EQ(exec.seen[0], big.Key());
+  const std::set<std::string> shared(exec.seen.begin() + 1, exec.seen.begin() + 4);
+  EXPECT_EQ(shared, (std::set<std::string>{t.Key(), mm1.Key(), mm2.Key()}));
+}
+
 }  // namespace
 }  // namespace coverage::stages
