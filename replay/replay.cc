@@ -392,7 +392,7 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
     res.outcome = Outcome::kShapeMismatch;
     res.error = fmt::format("backend returned {} outputs, reference {}", produced.size(), reference.size());
   } else {
-        int worst = 0;
+    int worst = 0;
     int64_t elements = 0, mismatched = 0;
     double max_abs = 0, max_rel = 0, cosine = 1;
     std::optional<double> ratio;
@@ -416,7 +416,7 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
         at::Tensor gt = golden_of();
         const bool meaningful = ValuesMeaningful(op_case, i);
         std::optional<TensorComparison> as_view;
-        if (i < viewed.size() && viewed[i] && *viewed[i] < backend_inputs.size() &&
+        if (meaningful && i < viewed.size() && viewed[i] && *viewed[i] < backend_inputs.size() &&
             *viewed[i] < reference_inputs.size() && backend_inputs[*viewed[i]].isTensor() &&
             reference_inputs[*viewed[i]].isTensor()) {
           as_view = CompareAsViews(b.toTensor(), backend_inputs[*viewed[i]].toTensor(), rt,

@@ -51,7 +51,7 @@ registry::ResultRecord ToRecord(const std::string& run_id, int64_t case_id, cons
 // storage, instead of spread over the run in key order, where each made it
 // again. The order changes no result: every input is seeded by its case.
 struct LargestInput {
-  int64_t bytes = 0;
+  double bytes = 0;  // double: a hostile spec's size times 8 may not fit int64
   std::string key;
 };
 
@@ -59,7 +59,7 @@ LargestInput LargestInputOf(const OpCase& c) {
   LargestInput out;
   auto consider = [&](const TensorSpec& t) {
     if (!t.SizesFit()) return;
-    const int64_t bytes = t.StorageNumel() * DTypeSize(t.dtype);
+    const double bytes = static_cast<double>(t.StorageNumel()) * static_cast<double>(DTypeSize(t.dtype));
     if (bytes > out.bytes) out = {bytes, t.StorageKey()};
   };
   for (const auto& a : c.args) {
