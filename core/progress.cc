@@ -17,7 +17,7 @@ Progress::Progress(std::string label, int64_t total, bool enabled, double log_ev
 
 Progress::~Progress() { Finish(); }
 
-void Progress::Update(int64_t done, const std::string& note) {
+void Progress::Update(int64_t done, const std::string& note, double work_done) {
   if (!enabled_ || finished_) return;
   const auto now = std::chrono::steady_clock::now();
   const double since_last = std::chrono::duration<double>(now - last_).count();
@@ -31,7 +31,11 @@ void Progress::Update(int64_t done, const std::string& note) {
   if (known_total) {
     const double pct = 100.0 * static_cast<double>(done) / static_cast<double>(total_);
     double eta = 0;
-    if (done > 0 && total_ > done) eta = elapsed / static_cast<double>(done) * static_cast<double>(total_ - done);
+    if (work_done > 0 && work_done <= 1) {
+      eta = elapsed * (1 - work_done) / work_done;
+    } else if (done > 0 && total_ > done) {
+      eta = elapsed / static_cast<double>(done) * static_cast<double>(total_ - done);
+    }
     char buf[128];
     std::snprintf(buf, sizeof(buf), "[%lld/%lld %3.0f%%] %.0fs elapsed, ~%.0fs left", static_cast<long long>(done),
                   static_cast<long long>(total_), pct, elapsed, eta);

@@ -17,7 +17,10 @@ class Progress {
   ~Progress();
   // `done` units of `total` finished; `note` is shown after the counter.
   // With total <= 0 (unknown) only the elapsed time and the note are shown.
-  void Update(int64_t done, const std::string& note = "");
+  // `work_done`, when in (0, 1], is the share of the work finished where
+  // units differ in cost (the unit stage runs its largest cases first); the
+  // estimate of the time left follows it instead of done / total.
+  void Update(int64_t done, const std::string& note = "", double work_done = -1);
   // Clears the line (terminal) and stops drawing.
   void Finish();
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <tuple>
 #include <unordered_map>
 
@@ -45,11 +46,16 @@ registry::ResultRecord ToRecord(const std::string& run_id, int64_t case_id, cons
 
 // Note [Case order]
 // The cases run grouped by their largest input storage (Note [Storage keys]
-// in core/op_case.cc), the largest first: the cases that read one weight
-// (`t` of it, `mm` with it, its optimizer steps, in prefill and decode) run
-// one after the other while the replay's input cache still holds its
-// storage, instead of spread over the run in key order, where each made it
-// again. The order changes no result: every input is seeded by its case.
+// in core/op_case.cc): the cases that read one weight (`t` of it, `mm` with
+// it, its optimizer steps, in prefill and decode) run one after the other
+// while the replay's input cache still holds its storage, instead of spread
+// over the run in key order, where each made it again. The largest come
+// first: side by side on the main job's registry, the same groups in the
+// order of a hash of their key spent 86.5 s making inputs against 55.1 s.
+// As the first cases are then the slow ones, the progress line estimates
+// the time left from the cases' costs (flops and bytes), not their count,
+// which made it 20 times too long. The order changes no result: every
+// input is seeded by its case.
 struct LargestInput {
   double bytes = 0;  // double: a hostile spec's size times 8 may not fit int64
   std::string key;
@@ -134,6 +140,23 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::Case
 
   OrderForInputReuse(todo);
 
+  // Cases over a cost cap are skipped without running.
+  auto over_cap = [&](const registry::StoredCase& c) {
+    return (options.max_case_flops && c.cost.flops > *options.max_case_flops) ||
+           (options.max_case_bytes && EstimateReplayBytes(c.op_case, c.cost.bytes) > *options.max_case_bytes);
+  };
+  // A rough time per case for the progress line's estimate (Note [Case
+  // order]): 10 GFLOP/s and 1 GB/s, and a millisecond a case.
+  std::vector<double> work_before(todo.size() + 1, 0.0);
+  for (size_t i = 0; i < todo.size(); ++i) {
+    double work = 1e-3;
+    if (!over_cap(*todo[i])) {
+      const double flops = todo[i]->cost.flops, bytes = todo[i]->cost.bytes;
+      if (std::isfinite(flops) && flops > 0) work += flops / 1e10;
+      if (std::isfinite(bytes) && bytes > 0) work += bytes / 1e9;
+    }
+    work_before[i + 1] = work_before[i] + work;
+  }
   Progress progress(fmt::format("unit {} on {}", summary.run_id, options.backend), static_cast<int64_t>(todo.size()),
                     options.progress);
   int64_t failures = 0;
@@ -173,8 +196,8 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::Case
     }
     if (IsUnexpectedFailure(result.outcome)) ++failures;
     COV_RETURN_IF_ERROR(registry.RecordResult(ToRecord(summary.run_id, c.case_id, result)));
-    progress.Update(static_cast<int64_t>(i + 1),
-                    fmt::format("{} failing | {}", failures, c.op_case.QualifiedName()));
+    progress.Update(static_cast<int64_t>(i + 1), fmt::format("{} failing | {}", failures, c.op_case.QualifiedName()),
+                    work_before[i + 1] / work_before.back());
   }
   progress.Finish();
 

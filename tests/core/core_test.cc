@@ -1,5 +1,7 @@
 #include <cmath>
 #include <limits>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -9,6 +11,7 @@
 #include "core/json_capped.h"
 #include "core/op_case.h"
 #include "core/outcome.h"
+#include "core/progress.h"
 #include "core/result.h"
 #include "core/sha256.h"
 #include "core/text_safety.h"
@@ -237,6 +240,24 @@ TEST(CaseResult, JsonRoundTripKeepsWarmSpreadAndCounters) {
   EXPECT_EQ(back->counters, r.counters);
   EXPECT_FALSE(CaseResult::FromJson(R"({"outcome": "pass", "counters": {"compiles": 1.5}})").has_value());
   EXPECT_FALSE(CaseResult::FromJson(R"({"outcome": "pass", "counters": [1]})").has_value());
+}
+
+// The unit stage runs its largest cases first: the estimate of the time left
+// follows the share of the work done, not the count of cases.
+TEST(Progress, TheEstimateFollowsTheShareOfWorkDoneWhenGiven) {
+  auto line_for = [](double work_done) {
+    ::testing::internal::CaptureStderr();
+    Progress p("job", 10, /*enabled=*/true, /*log_every_s=*/0.0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    p.Update(5, "note", work_done);
+    p.Finish();
+    return ::testing::internal::GetCapturedStderr();
+  };
+  const std::string by_count = line_for(-1), by_work = line_for(0.1);
+  EXPECT_NE(by_count.find("[5/10  50%]"), std::string::npos) << by_count;
+  EXPECT_NE(by_count.find("~1s left"), std::string::npos) << by_count;   // 1.1 s for half the cases
+  EXPECT_NE(by_work.find("[5/10  50%]"), std::string::npos) << by_work;
+  EXPECT_NE(by_work.find("~10s left"), std::string::npos) << by_work;   // 1.1 s for a tenth of the work
 }
 
 }  // namespace
