@@ -44,6 +44,20 @@ registry::ResultRecord ToRecord(const std::string& run_id, int64_t case_id, cons
   return rec;
 }
 
+// Why case `c` is over a cost cap of `options`, or empty when it is not.
+std::string CostCapReason(const registry::StoredCase& c, const UnitStageOptions& options) {
+  if (options.max_case_flops && c.cost.flops > *options.max_case_flops) {
+    return fmt::format("estimated {:.3g} FLOPs exceeds --max-case-flops {:.3g}", c.cost.flops,
+                       *options.max_case_flops);
+  }
+  if (!options.max_case_bytes) return "";
+  const double bytes = EstimateReplayBytes(c.op_case, c.cost.bytes);
+  if (bytes <= *options.max_case_bytes) return "";
+  return fmt::format("needs about {:.3g} GB to replay (inputs and outputs on the reference and the backend, and the "
+                     "fp64 golden), over --max-case-gb {:.3g}",
+                     bytes / 1e9, *options.max_case_bytes / 1e9);
+}
+
 // Note [Case order]
 // The cases run grouped by their largest input storage (Note [Storage keys]
 // in core/op_case.cc): the cases that read one weight (`t` of it, `mm` with
@@ -140,17 +154,15 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::Case
 
   OrderForInputReuse(todo);
 
-  // Cases over a cost cap are skipped without running.
-  auto over_cap = [&](const registry::StoredCase& c) {
-    return (options.max_case_flops && c.cost.flops > *options.max_case_flops) ||
-           (options.max_case_bytes && EstimateReplayBytes(c.op_case, c.cost.bytes) > *options.max_case_bytes);
-  };
+  // Cases over a cost cap are skipped without running, with the reason.
+  std::vector<std::string> over_cap(todo.size());
+  for (size_t i = 0; i < todo.size(); ++i) over_cap[i] = CostCapReason(*todo[i], options);
   // A rough time per case for the progress line's estimate (Note [Case
   // order]): 10 GFLOP/s and 1 GB/s, and a millisecond a case.
   std::vector<double> work_before(todo.size() + 1, 0.0);
   for (size_t i = 0; i < todo.size(); ++i) {
     double work = 1e-3;
-    if (!over_cap(*todo[i])) {
+    if (over_cap[i].empty()) {
       const double flops = todo[i]->cost.flops, bytes = todo[i]->cost.bytes;
       if (std::isfinite(flops) && flops > 0) work += flops / 1e10;
       if (std::isfinite(bytes) && bytes > 0) work += bytes / 1e9;
@@ -167,17 +179,9 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::Case
     }
     const registry::StoredCase& c = *todo[i];
     CaseResult result;
-    if (options.max_case_flops && c.cost.flops > *options.max_case_flops) {
+    if (!over_cap[i].empty()) {
       result.outcome = Outcome::kSkipped;
-      result.error = fmt::format("estimated {:.3g} FLOPs exceeds --max-case-flops {:.3g}", c.cost.flops,
-                                 *options.max_case_flops);
-      ++summary.skipped_by_cost;
-    } else if (const double bytes = EstimateReplayBytes(c.op_case, c.cost.bytes);
-               options.max_case_bytes && bytes > *options.max_case_bytes) {
-      result.outcome = Outcome::kSkipped;
-      result.error = fmt::format("needs about {:.3g} GB to replay (inputs and outputs on the reference and the "
-                                 "backend, and the fp64 golden), over --max-case-gb {:.3g}",
-                                 bytes / 1e9, *options.max_case_bytes / 1e9);
+      result.error = std::move(over_cap[i]);
       ++summary.skipped_by_cost;
     } else {
       COV_RETURN_IF_ERROR(run.Begin("case:" + std::to_string(c.case_id)));
