@@ -3,6 +3,7 @@
 // See Note [Tolerances] in compare.cc.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -27,11 +28,19 @@ struct TensorComparison {
 };
 
 // Compares `backend` (any device) with `reference` (CPU). `golden` is the
-// fp64 result on CPU, or undefined when the op has none. When
-// `values_meaningful` is false (uninitialised or random outputs) only shape
-// and dtype are checked.
+// fp64 result on CPU, or undefined when the op has none. When it is
+// undefined, `golden_when_needed` (if given) is called once an element is
+// found outside the reference tolerance, and the golden it returns (or
+// undefined) judges the output. When `values_meaningful` is false
+// (uninitialised or random outputs) only shape and dtype are checked.
 TensorComparison CompareTensors(const at::Tensor& backend, const at::Tensor& reference, const at::Tensor& golden,
-                                Tolerance tolerance, double multiplier, bool values_meaningful);
+                                Tolerance tolerance, double multiplier, bool values_meaningful,
+                                const std::function<at::Tensor()>& golden_when_needed = {});
+
+// True when `a` and `b` are CPU tensors with the same dtype, sizes, dense
+// layout and bits (Note [Identical outputs] in compare.cc); both undefined
+// counts as the same.
+bool SameValues(const at::Tensor& a, const at::Tensor& b);
 
 // Note [Views compared by their metadata] in compare.cc: when `backend` is a
 // view of the backend's input `backend_input` exactly as `reference` is of

@@ -484,13 +484,20 @@ InputCache::Entry InputCache::GetOrMake(const std::string& key, const std::funct
   auto it = index_.find(key);
   if (it != index_.end()) {
     ++hits_;
-    lru_.splice(lru_.begin(), lru_, it->second);
+    if (large_.empty() || it->second != large_.begin()) lru_.splice(lru_.begin(), lru_, it->second);
     return *it->second;
   }
   ++misses_;
   Entry entry{key, make(), 0};
   const int64_t size = static_cast<int64_t>(entry.base.nbytes());
-  if (size > budget_) return entry;  // too big to keep
+  if (size > budget_) {
+    // Kept alone, outside the budget, for the cases after this one that
+    // share it (Note [Case order]); KeepLargeOnlyFor lets it go.
+    if (!large_.empty()) index_.erase(large_.front().key);
+    large_.assign(1, entry);
+    index_[key] = large_.begin();
+    return entry;
+  }
   lru_.push_front(entry);
   index_[key] = lru_.begin();
   bytes_ += size;
@@ -502,6 +509,12 @@ InputCache::Entry InputCache::GetOrMake(const std::string& key, const std::funct
   return entry;
 }
 
+void InputCache::KeepLargeOnlyFor(const std::vector<std::string>& keys) {
+  if (large_.empty() || std::find(keys.begin(), keys.end(), large_.front().key) != keys.end()) return;
+  index_.erase(large_.front().key);
+  large_.clear();
+}
+
 void InputCache::SetFingerprint(const std::string& key, uint64_t fingerprint) {
   auto it = index_.find(key);
   if (it != index_.end()) it->second->fingerprint = fingerprint;
@@ -510,8 +523,12 @@ void InputCache::SetFingerprint(const std::string& key, uint64_t fingerprint) {
 void InputCache::Evict(const std::string& key) {
   auto it = index_.find(key);
   if (it == index_.end()) return;
-  bytes_ -= static_cast<int64_t>(it->second->base.nbytes());
-  lru_.erase(it->second);
+  if (!large_.empty() && it->second == large_.begin()) {
+    large_.clear();
+  } else {
+    bytes_ -= static_cast<int64_t>(it->second->base.nbytes());
+    lru_.erase(it->second);
+  }
   index_.erase(it);
 }
 
@@ -523,6 +540,13 @@ at::Tensor MaterializedCase::MakeView(int id, c10::Device device, bool fresh, bo
     if (IsFloatingDType(spec.dtype)) target = at::kDouble;
     if (spec.dtype == DType::kComplex64) target = at::kComplexDouble;
   }
+  if (fresh) {
+    // Written by the op: a copy of its own for every call, made from the CPU
+    // base directly (a device copy kept only to clone it from would be one
+    // more copy of it per case).
+    return in.base.to(device, target, /*non_blocking=*/false, /*copy=*/true)
+        .as_strided(spec.shape, spec.strides, spec.storage_offset);
+  }
   const std::string cache_key = std::to_string(id) + "/" + device.str() + "/" + c10::toString(target);
   at::Tensor base;
   for (const auto& [k, t] : cache_) {
@@ -532,9 +556,7 @@ at::Tensor MaterializedCase::MakeView(int id, c10::Device device, bool fresh, bo
     base = in.base.to(device, target);  // the base itself when nothing changes
     cache_.emplace_back(cache_key, base);
   }
-  if (fresh) {
-    base = base.clone();
-  } else if (verify && base.is_same(in.base) && !in.shared_with_backend) {
+  if (verify && base.is_same(in.base) && !in.shared_with_backend) {
     // The backend reads the shared storage in place (copying it could cost
     // more than the op); VerifyReadOnlyInputs checks it afterwards.
     in.shared_with_backend = true;
@@ -655,7 +677,34 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
                                    " arguments but the schema '" + c10::toString(schema) + "' has " +
                                    std::to_string(schema_args.size()));
   }
+  // The cache key of each tensor argument, in order: Note [Storage keys] in
+  // core/op_case.cc; a structured argument's values follow its view, so its
+  // whole spec keys it.
   std::unordered_map<std::string, int> rank;  // how often a storage key occurred so far in this case
+  auto key_of = [&](const Argument& a, const TensorSpec& spec) {
+    const bool structured = rule.kind != ValueRule::Kind::kNone && a.name == rule.arg;
+    const std::string storage = structured ? SpecKey(spec) : spec.StorageKey();
+    return storage + "#" + std::to_string(rank[storage]++) + "@" + std::to_string(seed) +
+           (structured ? rule.KeySuffix() : "");
+  };
+  if (cache) {
+    // A large input the cache kept for the cases before stays only if this
+    // case reads it too.
+    std::vector<std::string> keys;
+    for (const Argument& a : m.op_case_.args) {
+      auto consider = [&](const TensorSpec& spec) {
+        if (spec.strides.size() == spec.shape.size()) keys.push_back(key_of(a, spec));
+      };
+      if (a.kind == Argument::Kind::kTensor) consider(a.tensor);
+      if (a.kind == Argument::Kind::kTensorList) {
+        for (const auto& t : a.tensors) {
+          if (t) consider(*t);
+        }
+      }
+    }
+    cache->KeepLargeOnlyFor(keys);
+    rank.clear();
+  }
   for (size_t i = 0; i < schema_args.size(); ++i) {
     const Argument& a = m.op_case_.args[i];
     MaterializedCase::Slot slot;
@@ -671,11 +720,7 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
         if (s < 0) return Status::InvalidArgument(input_case.QualifiedName() + ": argument '" + a.name + "' has a negative stride");
       }
       const bool structured = rule.kind != ValueRule::Kind::kNone && a.name == rule.arg;
-      // Note [Storage keys] in core/op_case.cc; a structured argument's
-      // values follow its view, so its whole spec keys it.
-      const std::string storage = structured ? SpecKey(spec) : spec.StorageKey();
-      const std::string key = storage + "#" + std::to_string(rank[storage]++) + "@" + std::to_string(seed) +
-                              (structured ? rule.KeySuffix() : "");
+      const std::string key = key_of(a, spec);
       uint64_t state = 0xcbf29ce484222325ULL;  // FNV-1a: portable, unlike std::hash
       for (unsigned char ch : key) state = (state ^ ch) * 0x100000001b3ULL;
       const uint64_t offset = SplitMix64(state);

@@ -33,7 +33,10 @@ namespace coverage::replay {
 uint64_t Fingerprint(const at::Tensor& contiguous);
 
 // Recently made input storages (CPU), least recently used dropped first once
-// the byte budget is exceeded, each with its fingerprint. Bases are
+// the byte budget is exceeded, each with its fingerprint. One storage larger
+// than the whole budget (a vocabulary's embedding table) is kept apart while
+// the cases that follow read it, and let go before the first case that does
+// not (KeepLargeOnlyFor), so that it never adds to another case's memory. Bases are
 // read-only by contract: ops that write an argument get a copy, and a
 // backend that writes into one anyway is caught by
 // MaterializedCase::VerifyReadOnlyInputs, which evicts the base, so it cannot
@@ -50,6 +53,8 @@ class InputCache {
   Entry GetOrMake(const std::string& key, const std::function<at::Tensor()>& make);
   void SetFingerprint(const std::string& key, uint64_t fingerprint);
   void Evict(const std::string& key);
+  // Lets go of the large storage unless `keys` (one case's inputs) name it.
+  void KeepLargeOnlyFor(const std::vector<std::string>& keys);
   int64_t bytes() const { return bytes_; }
   int64_t hits() const { return hits_; }
   int64_t misses() const { return misses_; }
@@ -58,7 +63,8 @@ class InputCache {
   int64_t budget_;
   int64_t bytes_ = 0;
   int64_t hits_ = 0, misses_ = 0;
-  std::list<Entry> lru_;  // front = most recent
+  std::list<Entry> lru_;    // front = most recent
+  std::list<Entry> large_;  // at most one, over the budget
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
 };
 

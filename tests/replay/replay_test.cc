@@ -129,13 +129,26 @@ TEST(Replay, ARerunOfAFailingCaseRunsOnlyTheBackendAgainAndReproducesIt) {
   EXPECT_EQ(again.timing.golden_us, 0);
   EXPECT_EQ(executor.inputs_made(), 1);     // and its inputs
   EXPECT_FALSE(again.warm_us.has_value());  // one backend call
+  // Its outputs are the first run's bits: judged without another comparison
+  // (Note [Identical outputs]).
+  EXPECT_NE(again.detail_json.find("\"rerun\""), std::string::npos) << again.detail_json;
+  EXPECT_EQ(first.detail_json.find("\"rerun\""), std::string::npos);
+  // A backend whose answer changed between the runs is compared afresh.
+  ASSERT_EQ(executor.Run(mm).outcome, Outcome::kMismatch);
+  fake->add_offset["aten::mm"] = 2e-3;
+  CaseResult changed = executor.RunAgain(mm);
+  EXPECT_EQ(changed.outcome, Outcome::kMismatch);
+  EXPECT_EQ(changed.detail_json.find("\"rerun\""), std::string::npos);
+  ASSERT_TRUE(changed.max_abs_err.has_value() && first.max_abs_err.has_value());
+  EXPECT_NEAR(*changed.max_abs_err, 2 * *first.max_abs_err, 1e-4);
+  fake->add_offset["aten::mm"] = 1e-3;
   // Another case in between: the rerun computes its CPU side afresh.
   EXPECT_EQ(executor.Run(testing::MmCase(16, 16, 16)).outcome, Outcome::kMismatch);
   CaseResult later = executor.RunAgain(mm);
   EXPECT_EQ(later.outcome, first.outcome);
   EXPECT_EQ(later.max_abs_err, first.max_abs_err);
   EXPECT_GT(later.timing.reference_us, 0);
-  EXPECT_EQ(executor.inputs_made(), 3);
+  EXPECT_EQ(executor.inputs_made(), 4);
   // A passing case keeps nothing.
   fake->add_offset.clear();
   EXPECT_EQ(executor.Run(mm).outcome, Outcome::kPass);
@@ -341,6 +354,47 @@ TEST(Replay, NllLossBackwardTargetsAreClassIndices) {
   EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
 }
 
+// An input larger than the cache's whole budget is kept apart for the cases
+// that follow and read it, and let go before a case that does not.
+TEST(InputCache, OneInputOverTheBudgetStaysOnlyWhileTheCasesReadIt) {
+  InputCache cache(/*budget_bytes=*/1024);
+  int made = 0;
+  auto make = [&](int64_t n) {
+    return [&made, n]() {
+      ++made;
+      return at::zeros({n}, at::kFloat);
+    };
+  };
+  cache.GetOrMake("small", make(16));
+  cache.GetOrMake("large", make(4096));
+  cache.GetOrMake("large", make(4096));
+  EXPECT_EQ(made, 2);  // the large one was kept
+  EXPECT_EQ(cache.bytes(), 64);  // outside the budgeted bytes
+  cache.KeepLargeOnlyFor({"small", "large"});
+  cache.GetOrMake("large", make(4096));
+  EXPECT_EQ(made, 2);
+  cache.KeepLargeOnlyFor({"small"});  // a case that does not read it
+  cache.GetOrMake("large", make(4096));
+  cache.GetOrMake("small", make(16));
+  EXPECT_EQ(made, 3);  // made again; the small one stayed
+  cache.GetOrMake("other large", make(8192));  // takes the large one's place
+  cache.GetOrMake("large", make(4096));
+  EXPECT_EQ(made, 5);
+  cache.Evict("large");
+  cache.GetOrMake("large", make(4096));
+  EXPECT_EQ(made, 6);
+  // Through Materialize: two cases reading one weight over the budget make it once.
+  InputCache small_budget(/*budget_bytes=*/1024);
+  TensorSpec w = testing::Spec(DType::kFloat32, {64, 32});
+  auto schema = c10::Dispatcher::singleton().findSchema({"aten::mm", ""});
+  ASSERT_TRUE(schema.has_value());
+  for (int64_t rows : {4, 1}) {
+    OpCase mm = MakeCase("aten::mm", "", {TensorArg("self", DType::kFloat32, {rows, 64}), TensorArg("mat2", w)});
+    ASSERT_TRUE(Materialize(mm, schema->schema(), 3, &small_budget).has_value());
+  }
+  EXPECT_EQ(small_budget.hits(), 1);
+}
+
 // Note [Storage keys]: a weight and its transposed view hold the same
 // values, so `t(W)` and `mm(x, W^T)` read one storage.
 TEST(Replay, ViewsOfOneStorageHoldTheSameValuesAcrossCases) {
@@ -491,6 +545,57 @@ TEST(Compare, BackendWithinTheMultiplierOfTheCpuErrorPasses) {
   EXPECT_NEAR(*far.error_ratio, 3.0, 1e-3);
   TensorComparison no_golden = CompareTensors((golden - 1.5e-4).to(at::kFloat), ref, at::Tensor(), tol, 2.0, true);
   EXPECT_EQ(no_golden.outcome, Outcome::kMismatch);
+  // A golden asked for once the tolerance is missed judges as a given one,
+  // and is not asked for otherwise.
+  int asked = 0;
+  auto lazy = [&]() {
+    ++asked;
+    return golden;
+  };
+  TensorComparison late = CompareTensors((golden - 1.5e-4).to(at::kFloat), ref, at::Tensor(), tol, 2.0, true, lazy);
+  EXPECT_EQ(asked, 1);
+  EXPECT_EQ(late.outcome, close.outcome);
+  EXPECT_EQ(late.mismatched, close.mismatched);
+  EXPECT_EQ(late.max_abs_err, close.max_abs_err);
+  EXPECT_EQ(*late.error_ratio, *close.error_ratio);
+  EXPECT_EQ(CompareTensors((golden + 3e-4).to(at::kFloat), ref, at::Tensor(), tol, 2.0, true, lazy).outcome,
+            Outcome::kMismatch);
+  EXPECT_EQ(asked, 2);
+  EXPECT_EQ(CompareTensors(ref + 1e-7f, ref, at::Tensor(), tol, 2.0, true, lazy).outcome, Outcome::kPass);
+  EXPECT_EQ(asked, 2);
+  // A golden in another layout than the values (a transposed output).
+  at::Tensor g2 = at::ones({3, 4}, at::kDouble);
+  at::Tensor r2 = (g2 + 1e-4).to(at::kFloat).t().contiguous().t();
+  TensorComparison layout = CompareTensors((g2 - 1.5e-4).to(at::kFloat).t().contiguous().t(), r2, at::Tensor(), tol,
+                                           2.0, true, [&]() { return g2; });
+  EXPECT_EQ(layout.outcome, Outcome::kPass);
+  EXPECT_NEAR(*layout.error_ratio, 1.5, 1e-3);
+}
+
+// Note [Identical outputs]: bit-identical values pass with the best figures
+// (NaN and Inf included), and a golden rates them alike.
+TEST(Compare, BitIdenticalOutputsPassWithTheBestFigures) {
+  at::Tensor f = at::tensor({1.0f, -2.5f, INFINITY, NAN, 0.0f});
+  TensorComparison same = CompareTensors(f.clone(), f, at::Tensor(), {0, 0}, 2, true);
+  EXPECT_EQ(same.outcome, Outcome::kPass);
+  EXPECT_EQ(same.elements, 5);
+  EXPECT_EQ(same.max_abs_err, 0);
+  EXPECT_EQ(same.cosine, 1);
+  EXPECT_FALSE(same.error_ratio.has_value());
+  TensorComparison with_golden = CompareTensors(f.clone(), f, f.to(at::kDouble) + 1, {0, 0}, 2, true);
+  EXPECT_EQ(*with_golden.error_ratio, 1.0);
+  // The same values in another layout are read by position, not by bytes.
+  at::Tensor m = at::arange(12, at::kFloat).reshape({3, 4});
+  EXPECT_EQ(CompareTensors(m.t().contiguous(), m.t(), at::Tensor(), {0, 0}, 2, true).outcome, Outcome::kPass);
+  EXPECT_TRUE(SameValues(m, m.clone()));
+  EXPECT_FALSE(SameValues(m, m.t().contiguous().t()));  // same values, another layout: not matched bit for bit
+  EXPECT_FALSE(SameValues(m, m.to(at::kDouble)));
+  at::Tensor z = m.clone();
+  z[0][0] = -0.0f;  // equal to 0.0 by value, not by bits: scanned, and passes by value
+  EXPECT_FALSE(SameValues(m, z));
+  EXPECT_EQ(CompareTensors(z, m, at::Tensor(), {0, 0}, 2, true).outcome, Outcome::kPass);
+  z[2][3] = 12.0f;
+  EXPECT_EQ(CompareTensors(z, m, at::Tensor(), {0, 0}, 2, true).outcome, Outcome::kMismatch);
 }
 
 // Note [Views compared by their metadata].
