@@ -166,7 +166,7 @@ bool HasSchema(const OpCase& op_case) {
 // out the same, and a rerun needs only the backend again. Its inputs are
 // kept too, with their copies on the device: a rerun makes none of them
 // again (a multi-GB weight's fill and copy cost more than a matmul on it).
-// Arguments the op writes are cloned afresh for every call as before; a
+// Arguments the op writes are copied afresh for every call as before; a
 // backend that wrote into a read-only device copy in the first run sees
 // its own damage in the rerun, which then differs: flaky, not hidden.
 // The first run's outputs (on CPU) and its judgement are kept as well: a
@@ -489,6 +489,7 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
             as_view ? *as_view
                     : CompareTensors(cpu_output(i).defined() ? cpu_output(i) : b.toTensor(), rt, gt, tol, multiplier,
                                      meaningful, golden_tried ? std::function<at::Tensor()>() : golden_when_needed);
+        gt = golden_of();  // the golden, if the comparison asked for it
         o = c.outcome;
         why = c.message;
         if (c.values_compared) {

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
 #include "backends/backends.h"
@@ -104,6 +105,7 @@ TEST(Replay, GoldenRunsOnlyWhenTheReferenceToleranceIsMissedByDefault) {
   EXPECT_EQ(off.outcome, Outcome::kMismatch);
   ASSERT_TRUE(off.error_ratio.has_value());
   EXPECT_GT(off.timing.golden_us, 0);
+  EXPECT_EQ(nlohmann::json::parse(off.detail_json)["outputs"][0]["golden"], true) << off.detail_json;
   ReplayOptions never;
   never.golden = GoldenMode::kNever;
   EXPECT_FALSE(RunOn(fake, testing::MmCase(16, 16, 16), never).error_ratio.has_value());
