@@ -44,8 +44,8 @@ namespace coverage::replay {
 // them again. And a golden is asked for only once the scan has found an
 // element outside the reference tolerance; only its errors then take a
 // second pass. On the main job's registry this took the unit stage's
-// comparison from 16.9 s to 7.5 s with the same verdicts and figures
-// (bench/README.md).
+// comparison from 14-17 s to 5-7.5 s with the same verdicts and figures
+// (bench/README.md, "The main job").
 
 namespace {
 
@@ -162,8 +162,9 @@ Stats Scan(const B* bp, const R* rp, const double* gp, int64_t begin, int64_t en
   return s;
 }
 
-// One fused pass over the data, split across ATen's intra-op threads in
-// fixed chunks so that the result does not depend on the thread count.
+// One pass over the data (values and golden errors fused, or either alone),
+// split across ATen's intra-op threads in fixed chunks so that the result
+// does not depend on the thread count.
 template <typename B, typename R>
 Stats ScanParallel(const B* bp, const R* rp, const double* gp, int64_t n, Tolerance tol, bool values = true) {
   constexpr int64_t kChunk = 1 << 16;
@@ -310,6 +311,18 @@ TensorComparison CompareTensors(const at::Tensor& backend, const at::Tensor& ref
   return r;
 }
 
+// Note [Views compared by their metadata]
+// A view op (`t`, `transpose`, `view`, `expand`, `slice`, ... whose schema
+// returns an alias of an argument) computes no value: its output reads the
+// input's storage. When the backend's output is a view of the backend's own
+// copy of that input with the reference's sizes, strides, byte offset, dtype
+// and math bits, every element it reads is the element the reference's view
+// reads, from the same input values: the pass is known without reading them
+// (over a large weight, that scan and the copy back to the host were most of
+// the unit stage's comparison time: bench/README.md). A view with other
+// metadata, or an output that is not a view of the input (a backend that
+// copies), takes the full comparison. What this does not check is the
+// input's copy to the device, which every case that computes checks.
 std::optional<TensorComparison> CompareAsViews(const at::Tensor& backend, const at::Tensor& backend_input,
                                                const at::Tensor& reference, const at::Tensor& reference_input) {
   for (const at::Tensor* t : {&backend, &backend_input, &reference, &reference_input}) {
