@@ -56,14 +56,7 @@ double EstimateReplayBytes(const OpCase& c, double io_bytes) {
     const int64_t size = DTypeSize(t.dtype);
     if (smallest_float == 0 || size < smallest_float) smallest_float = size;
   };
-  for (const auto& a : c.args) {
-    if (a.kind == Argument::Kind::kTensor) see(a.tensor);
-    if (a.kind == Argument::Kind::kTensorList) {
-      for (const auto& t : a.tensors) {
-        if (t) see(*t);
-      }
-    }
-  }
+  c.ForEachTensor(see);
   const double golden = smallest_float > 0 ? io_bytes * 8.0 / static_cast<double>(smallest_float) : 0.0;
   return 3.0 * io_bytes + golden;
 }
@@ -75,14 +68,7 @@ CostEstimate EstimateCost(const OpCase& c, const std::vector<TensorSpec>& output
     e.bytes += static_cast<double>(t.Numel()) * static_cast<double>(DTypeSize(t.dtype));
     largest = std::max(largest, static_cast<double>(t.Numel()));
   };
-  for (const auto& a : c.args) {
-    if (a.kind == Argument::Kind::kTensor) add_bytes(a.tensor);
-    if (a.kind == Argument::Kind::kTensorList) {
-      for (const auto& t : a.tensors) {
-        if (t) add_bytes(*t);
-      }
-    }
-  }
+  c.ForEachTensor(add_bytes);
   double out_numel = 0;
   for (const auto& t : outputs) {
     add_bytes(t);

@@ -480,16 +480,20 @@ std::string OpCase::Summary() const {
   return out;
 }
 
-std::vector<DType> OpCase::DTypes() const {
-  std::set<std::string_view> names;
+void OpCase::ForEachTensor(const std::function<void(const TensorSpec&)>& f) const {
   for (const auto& a : args) {
-    if (a.kind == Argument::Kind::kTensor) names.insert(DTypeName(a.tensor.dtype));
+    if (a.kind == Argument::Kind::kTensor) f(a.tensor);
     if (a.kind == Argument::Kind::kTensorList) {
       for (const auto& t : a.tensors) {
-        if (t) names.insert(DTypeName(t->dtype));
+        if (t) f(*t);
       }
     }
   }
+}
+
+std::vector<DType> OpCase::DTypes() const {
+  std::set<std::string_view> names;
+  ForEachTensor([&](const TensorSpec& t) { names.insert(DTypeName(t.dtype)); });
   std::vector<DType> out;
   for (auto n : names) out.push_back(*DTypeFromName(n));
   return out;

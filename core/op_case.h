@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -147,6 +148,10 @@ struct OpCase {
 
   // Tensor dtypes used by the arguments (deduplicated, sorted by name).
   std::vector<DType> DTypes() const;
+
+  // Calls `f` with every tensor argument's spec in argument order, the
+  // items of tensor lists included and their None items left out.
+  void ForEachTensor(const std::function<void(const TensorSpec&)>& f) const;
 
   bool operator==(const OpCase&) const = default;
 };

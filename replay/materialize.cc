@@ -562,7 +562,7 @@ at::Tensor MaterializedCase::MakeView(int id, c10::Device device, bool fresh, bo
     in.shared_with_backend = true;
     if (in.fingerprint == 0) {
       in.fingerprint = Fingerprint(in.base);
-      if (cache_ptr_ && !in.cache_key.empty()) cache_ptr_->SetFingerprint(in.cache_key, in.fingerprint);
+      if (cache_ptr_) cache_ptr_->SetFingerprint(in.cache_key, in.fingerprint);
     }
   }
   return base.as_strided(spec.shape, spec.strides, spec.storage_offset);
@@ -574,7 +574,7 @@ Status MaterializedCase::VerifyReadOnlyInputs() {
     if (!in.shared_with_backend) continue;
     if (Fingerprint(in.base) == in.fingerprint) continue;
     // Every changed storage leaves the cache, so no later case reads it.
-    if (cache_ptr_ && !in.cache_key.empty()) cache_ptr_->Evict(in.cache_key);
+    if (cache_ptr_) cache_ptr_->Evict(in.cache_key);
     changed += (changed.empty() ? "'" : ", '") + in.arg_name + "'";
   }
   if (changed.empty()) return Status::Ok();
@@ -677,34 +677,11 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
                                    " arguments but the schema '" + c10::toString(schema) + "' has " +
                                    std::to_string(schema_args.size()));
   }
-  // The cache key of each tensor argument, in order: Note [Storage keys] in
+  // Each tensor argument is checked and keyed first (Note [Storage keys] in
   // core/op_case.cc; a structured argument's values follow its view, so its
-  // whole spec keys it.
+  // whole spec keys it), and made or taken from the cache after.
   std::unordered_map<std::string, int> rank;  // how often a storage key occurred so far in this case
-  auto key_of = [&](const Argument& a, const TensorSpec& spec) {
-    const bool structured = rule.kind != ValueRule::Kind::kNone && a.name == rule.arg;
-    const std::string storage = structured ? SpecKey(spec) : spec.StorageKey();
-    return storage + "#" + std::to_string(rank[storage]++) + "@" + std::to_string(seed) +
-           (structured ? rule.KeySuffix() : "");
-  };
-  if (cache) {
-    // A large input the cache kept for the cases before stays only if this
-    // case reads it too.
-    std::vector<std::string> keys;
-    for (const Argument& a : m.op_case_.args) {
-      auto consider = [&](const TensorSpec& spec) {
-        if (spec.strides.size() == spec.shape.size()) keys.push_back(key_of(a, spec));
-      };
-      if (a.kind == Argument::Kind::kTensor) consider(a.tensor);
-      if (a.kind == Argument::Kind::kTensorList) {
-        for (const auto& t : a.tensors) {
-          if (t) consider(*t);
-        }
-      }
-    }
-    cache->KeepLargeOnlyFor(keys);
-    rank.clear();
-  }
+  std::vector<bool> structured;               // per tensor input: its values follow the op's rule
   for (size_t i = 0; i < schema_args.size(); ++i) {
     const Argument& a = m.op_case_.args[i];
     MaterializedCase::Slot slot;
@@ -719,27 +696,15 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
       for (int64_t s : spec.strides) {
         if (s < 0) return Status::InvalidArgument(input_case.QualifiedName() + ": argument '" + a.name + "' has a negative stride");
       }
-      const bool structured = rule.kind != ValueRule::Kind::kNone && a.name == rule.arg;
-      const std::string key = key_of(a, spec);
-      uint64_t state = 0xcbf29ce484222325ULL;  // FNV-1a: portable, unlike std::hash
-      for (unsigned char ch : key) state = (state ^ ch) * 0x100000001b3ULL;
-      const uint64_t offset = SplitMix64(state);
-      auto make = [&] {
-        at::Tensor base = MakeBase(spec, offset);
-        return structured ? ApplyRule(base, spec, rule) : base;
-      };
+      const bool by_rule = rule.kind != ValueRule::Kind::kNone && a.name == rule.arg;
+      const std::string storage = by_rule ? SpecKey(spec) : spec.StorageKey();
       MaterializedCase::TensorInput in;
-      if (cache) {
-        InputCache::Entry e = cache->GetOrMake(key, make);
-        in.base = std::move(e.base);
-        in.fingerprint = e.fingerprint;
-        in.cache_key = key;
-      } else {
-        in.base = make();
-      }
+      in.cache_key = storage + "#" + std::to_string(rank[storage]++) + "@" + std::to_string(seed) +
+                     (by_rule ? rule.KeySuffix() : "");
       in.spec = spec;
       in.arg_name = a.name;
       m.tensors_.push_back(std::move(in));
+      structured.push_back(by_rule);
       slot.tensor_ids.push_back(static_cast<int>(m.tensors_.size() - 1));
       return Status::Ok();
     };
@@ -755,6 +720,30 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
       }
     }
     m.slots_.push_back(std::move(slot));
+  }
+  if (cache) {
+    // A large input the cache kept for the cases before stays only if this
+    // case reads it too.
+    std::vector<std::string> keys;
+    for (const auto& in : m.tensors_) keys.push_back(in.cache_key);
+    cache->KeepLargeOnlyFor(keys);
+  }
+  for (size_t k = 0; k < m.tensors_.size(); ++k) {
+    MaterializedCase::TensorInput& in = m.tensors_[k];
+    uint64_t state = 0xcbf29ce484222325ULL;  // FNV-1a: portable, unlike std::hash
+    for (unsigned char ch : in.cache_key) state = (state ^ ch) * 0x100000001b3ULL;
+    const uint64_t offset = SplitMix64(state);
+    auto make = [&] {
+      at::Tensor base = MakeBase(in.spec, offset);
+      return structured[k] ? ApplyRule(base, in.spec, rule) : base;
+    };
+    if (cache) {
+      InputCache::Entry e = cache->GetOrMake(in.cache_key, make);
+      in.base = std::move(e.base);
+      in.fingerprint = e.fingerprint;
+    } else {
+      in.base = make();
+    }
   }
   return m;
 }

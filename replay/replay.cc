@@ -92,15 +92,9 @@ int Severity(Outcome o) {
 }
 
 bool HasFloatingTensor(const OpCase& c) {
-  for (const auto& a : c.args) {
-    if (a.kind == Argument::Kind::kTensor && IsFloatingDType(a.tensor.dtype) && a.tensor.dtype != DType::kFloat64) return true;
-    if (a.kind == Argument::Kind::kTensorList) {
-      for (const auto& t : a.tensors) {
-        if (t && IsFloatingDType(t->dtype) && t->dtype != DType::kFloat64) return true;
-      }
-    }
-  }
-  return false;
+  bool found = false;
+  c.ForEachTensor([&](const TensorSpec& t) { found = found || (IsFloatingDType(t.dtype) && t.dtype != DType::kFloat64); });
+  return found;
 }
 
 }  // namespace

@@ -82,14 +82,7 @@ LargestInput LargestInputOf(const OpCase& c) {
     const double bytes = static_cast<double>(t.StorageNumel()) * static_cast<double>(DTypeSize(t.dtype));
     if (bytes > out.bytes) out = {bytes, t.StorageKey()};
   };
-  for (const auto& a : c.args) {
-    if (a.kind == Argument::Kind::kTensor) consider(a.tensor);
-    if (a.kind == Argument::Kind::kTensorList) {
-      for (const auto& t : a.tensors) {
-        if (t) consider(*t);
-      }
-    }
-  }
+  c.ForEachTensor(consider);
   return out;
 }
 
