@@ -11,6 +11,7 @@
 
 #include "core/result.h"
 #include "capture/profiles.h"
+#include "reports/report.h"
 
 namespace CLI {
 class App;
@@ -94,11 +95,11 @@ struct WrittenReports {
   bool regressed = false;                  // reports::Report::Regressed()
   std::map<std::string, int64_t> changes;  // change name -> cases and model items
   // Op cases judged slower than the baseline, with the baseline's warm
-  // latency and spread, for the nightly to measure again.
+  // timing (Note [Fastest calls] in reports/build.cc), for the nightly to
+  // measure again.
   struct PerfSuspect {
     std::string key;
-    double base_warm_us = 0;
-    double base_spread_us = 0;
+    reports::WarmTiming base;
   };
   std::vector<PerfSuspect> perf_suspects;
 };

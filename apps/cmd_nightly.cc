@@ -19,6 +19,7 @@
 #include "apps/app.h"
 #include "apps/flags.h"
 #include "core/text_safety.h"
+#include "core/utc_time.h"
 #include "registry/registry.h"
 #include "reports/report.h"
 
@@ -156,9 +157,11 @@ int RunSelf(const std::vector<std::string>& args) {
 // scheduler time slice (about 8 ms here), on a shared machine at random.
 // Before a nightly fails on a performance regression it runs the suspected
 // cases again, alone, with more warm calls (run <id>-perfcheck; its filter
-// keeps it from ever being a baseline), and counts only those whose median is
-// still slower than the baseline's by the report's rule (against the
-// baseline's spread). The report keeps every suspect.
+// keeps it from ever being a baseline), and counts only those whose fastest
+// call is still slower than the baseline's by the report's rule
+// (reports::PerfChange, Note [Fastest calls] in reports/build.cc): the
+// fastest of 10 calls is very likely undisturbed. The report keeps every
+// suspect.
 Result<int64_t> ConfirmPerfRegressions(const GlobalOptions& global, const std::vector<std::string>& common,
                                        const NightlyConfig& config, const std::string& run_id,
                                        const std::vector<WrittenReports::PerfSuspect>& suspects,
@@ -176,9 +179,10 @@ Result<int64_t> ConfirmPerfRegressions(const GlobalOptions& global, const std::v
                                        "code {}; resume with --run-id {}", check_id, rc, ShellQuote(run_id)));
   }
   COV_ASSIGN_OR_RETURN(auto rows, reg.CaseResultsForRun(check_id));
-  std::map<std::string, std::pair<double, double>> again;
+  std::map<std::string, reports::WarmTiming> again;
   for (const auto& row : rows) {
-    if (row.result.warm_us) again[row.key] = {*row.result.warm_us, row.result.warm_spread_us.value_or(0)};
+    const auto& r = row.result;
+    if (auto t = reports::WarmTimingOf(r.warm_us, r.warm_min_us, r.warm_spread_us)) again[row.key] = *t;
   }
   const reports::ReportOptions rule;  // the report's thresholds
   int64_t confirmed = 0;
@@ -189,27 +193,13 @@ Result<int64_t> ConfirmPerfRegressions(const GlobalOptions& global, const std::v
       ++confirmed;  // not measured again: it stays a regression
       continue;
     }
-    // The median of 10 calls against the baseline's spread: the re-measured
-    // spread (slowest minus fastest of 10) grows with the calls and with one
-    // outlier, the median does not.
-    const double d = it->second.first - s.base_warm_us;
-    if (d > rule.perf_spreads * s.base_spread_us && d > rule.perf_min_rel * s.base_warm_us && d > rule.perf_min_us) {
-      ++confirmed;
-    }
+    const auto d = reports::PerfChange(s.base, it->second, rule);
+    if (d && *d > 0) ++confirmed;
   }
   std::printf("performance: %zu op cases looked slower, %lld still are when measured again (run %s)\n",
               suspects.size(), static_cast<long long>(confirmed), check_id.c_str());
   (void)global;
   return confirmed;
-}
-
-std::string UtcStamp() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
-  return buf;
 }
 
 int Nightly(const GlobalOptions& global, const std::string& config_path, std::string run_id,
@@ -222,7 +212,9 @@ int Nightly(const GlobalOptions& global, const std::string& config_path, std::st
   if (!backend.empty()) config->backend = backend;
   auto reg = OpenRegistry(global, false);
   if (!reg) return ReportError(reg.error());
-  if (run_id.empty()) run_id = config->run_prefix + "-" + UtcStamp();
+  // To the millisecond, with the process id: two nightlies started in one
+  // second must not share (and so resume) one run.
+  if (run_id.empty()) run_id = config->run_prefix + "-" + UtcNowCompactMs() + "-" + std::to_string(::getpid());
 
   std::vector<std::string> common = {"--registry", global.registry_path, "--home", global.home, "--busy-timeout",
                                      fmt::format("{:g}", global.busy_timeout_s)};
@@ -329,7 +321,7 @@ void AddNightlyCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--config", *config, "Nightly config [default: <home>/configs/nightly.json]");
   cmd->add_option("--run-id", *run_id,
                   "Id of this nightly (its runs are <id>-unit and <id>-models); an existing id resumes it "
-                  "[default: <run_prefix>-<UTC time>]")
+                  "[default: <run_prefix>-<UTC time to the millisecond>-<process id>]")
       ->check(RunIdCheck());
   cmd->add_option("--backend", *backend, "Backend under test [default: the config's]");
   cmd->callback([&global, config, run_id, backend]() {

@@ -173,9 +173,8 @@ Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Regis
     const bool slower = c.change == reports::Change::kPerfRegression ||
                         std::find(c.extra_changes.begin(), c.extra_changes.end(),
                                   reports::ChangeName(reports::Change::kPerfRegression)) != c.extra_changes.end();
-    if (slower && c.baseline_warm_us) {
-      written.perf_suspects.push_back({c.key, *c.baseline_warm_us, c.baseline_warm_spread_us.value_or(0)});
-    }
+    const auto base = reports::WarmTimingOf(c.baseline_warm_us, c.baseline_warm_min_us, c.baseline_warm_spread_us);
+    if (slower && base) written.perf_suspects.push_back({c.key, *base});
   }
   for (const auto& format : r.formats) {
     std::string path, text;
@@ -251,7 +250,8 @@ void AddReportCommand(CLI::App& app, GlobalOptions& global) {
       ->capture_default_str()
       ->check(FiniteRange(1.0, 1e12));
   cmd->add_option("--perf-spreads", flags->perf_spreads,
-                  "Performance regression: warm latency slower by more than this many measured spreads")
+                  "Performance regression: the fastest warm call slower by more than this many times the smaller of the "
+                  "two runs' noise (median minus fastest call)")
       ->capture_default_str()
       ->check(FiniteRange(0.0, 1e6));
   cmd->add_option("--title", flags->title, "Report title");

@@ -34,6 +34,7 @@ std::string CaseResult::ToJson() const {
   PutOptional(j, "first_call_us", first_call_us);
   PutOptional(j, "warm_us", warm_us);
   PutOptional(j, "warm_spread_us", warm_spread_us);
+  PutOptional(j, "warm_min_us", warm_min_us);
   if (!counters.empty()) j["counters"] = counters;
   j["timing"] = {{"materialize_us", timing.materialize_us}, {"golden_us", timing.golden_us},
                  {"reference_us", timing.reference_us},     {"backend_us", timing.backend_us},
@@ -67,6 +68,7 @@ Result<CaseResult> CaseResult::FromJson(std::string_view text) {
     r.first_call_us = GetOptional(j, "first_call_us");
     r.warm_us = GetOptional(j, "warm_us");
     r.warm_spread_us = GetOptional(j, "warm_spread_us");
+    r.warm_min_us = GetOptional(j, "warm_min_us");
     if (j.contains("counters")) {
       if (!j["counters"].is_object()) return Status::Corruption("case result JSON: 'counters' is not an object");
       for (const auto& [name, v] : j["counters"].items()) {

@@ -43,6 +43,7 @@ struct CaseResult {
   std::optional<double> first_call_us;  // first backend call
   std::optional<double> warm_us;        // median of the warm backend calls
   std::optional<double> warm_spread_us; // slowest minus fastest warm backend call (needs 2 or more)
+  std::optional<double> warm_min_us;    // fastest warm backend call (Note [Fastest calls] in reports/build.cc)
   // How much each of the backend's cumulative counters (Backend::Counters:
   // compiles, cache_hits, fallbacks, allocations, ...) grew while this case
   // ran on the backend, inputs placed on the device included. Counters that

@@ -102,7 +102,7 @@ Result<MergeSummary> Registry::MergeFrom(const std::string& source_path) {
     COV_RETURN_IF_ERROR(db_->Exec(
         "INSERT OR IGNORE INTO main.runs(run_id, stage, backend, started_at, finished_at, libtorch_version, host, "
         "git_revision, config_json) SELECT run_id, stage, backend, started_at, NULL, libtorch_version, host, "
-        "git_revision, config_json FROM src.runs"));
+        "git_revision, config_json FROM src.runs ORDER BY seq"));
     // An earlier start wins.
     COV_RETURN_IF_ERROR(db_->Exec(
         "UPDATE main.runs SET started_at = (SELECT s.started_at FROM src.runs s WHERE s.run_id = main.runs.run_id) "
@@ -144,9 +144,10 @@ Result<MergeSummary> Registry::MergeFrom(const std::string& source_path) {
     COV_RETURN_IF_ERROR(db_->Exec(
         "INSERT OR IGNORE INTO main.results(run_id, case_id, outcome, error, max_abs_err, max_rel_err, "
         "mismatch_frac, cosine, error_ratio, first_call_us, warm_us, detail_json, recorded_at, attempts, flaky, "
-        "attempt_outcomes, warm_spread_us, counters_json) SELECT s.run_id, mc.case_id, s.outcome, s.error, "
-        "s.max_abs_err, s.max_rel_err, s.mismatch_frac, s.cosine, s.error_ratio, s.first_call_us, s.warm_us, "
-        "s.detail_json, s.recorded_at, s.attempts, s.flaky, s.attempt_outcomes, s.warm_spread_us, s.counters_json" +
+        "attempt_outcomes, warm_spread_us, counters_json, warm_min_us) SELECT s.run_id, mc.case_id, s.outcome, "
+        "s.error, s.max_abs_err, s.max_rel_err, s.mismatch_frac, s.cosine, s.error_ratio, s.first_call_us, "
+        "s.warm_us, s.detail_json, s.recorded_at, s.attempts, s.flaky, s.attempt_outcomes, s.warm_spread_us, "
+        "s.counters_json, s.warm_min_us" +
         joined));
     summary.results_added = db_->Changes();
 

@@ -25,7 +25,7 @@ Result<Outcome> ReadOutcome(const Statement& stmt, int col, const std::string& d
 constexpr const char* kResultColumns =
     "r.case_id, r.outcome, r.error, r.max_abs_err, r.max_rel_err, r.mismatch_frac, r.cosine, r.error_ratio, "
     "r.first_call_us, r.warm_us, r.detail_json, r.attempts, r.flaky, r.attempt_outcomes, r.warm_spread_us, "
-    "r.counters_json";
+    "r.counters_json, r.warm_min_us";
 
 Result<ResultRecord> ReadResult(const Statement& stmt, int first, const std::string& db, const std::string& run_id) {
   ResultRecord r;
@@ -47,6 +47,7 @@ Result<ResultRecord> ReadResult(const Statement& stmt, int first, const std::str
   r.attempt_outcomes = stmt.Text(first + 13);
   r.warm_spread_us = stmt.OptionalDouble(first + 14);
   r.counters_json = stmt.Text(first + 15);
+  r.warm_min_us = stmt.OptionalDouble(first + 16);
   return r;
 }
 
@@ -175,14 +176,24 @@ Result<std::optional<RunOverview>> Registry::GetRunOverview(const std::string& r
   return std::optional<RunOverview>(ReadOverview(stmt));
 }
 
+// Note [Run order]
+// Runs are ordered by seq, the order in which this registry recorded them
+// (schema v11: a trigger numbers every new row). It is unique, so no two
+// runs are ever unordered, and it follows the order the runs were started
+// in this registry, whatever the wall clock did: started_at is UTC to the
+// millisecond, for people, but two nightlies can start in one second (or
+// millisecond), and a clock can be set back. A baseline is the newest
+// finished run before the reported one in this order. A run merged from
+// another registry takes the next seq here, when it is merged (runs merged
+// together keep the order of their starts).
 Result<std::vector<RunOverview>> Registry::FinishedRunsBefore(const std::string& stage, const std::string& backend,
-                                                              const std::string& started_at,
-                                                              const std::string& except) {
+                                                              const std::string& run_id) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(std::string(kRunOverview) +
+                                               "JOIN runs me ON me.run_id = ?3 "
                                                "WHERE r.stage = ?1 AND r.backend = ?2 AND "
-                                               "COALESCE(r.finished_at, '') <> '' AND r.started_at < ?3 AND "
-                                               "r.run_id <> ?4 ORDER BY r.started_at DESC, r.run_id DESC"));
-  stmt.Bind(1, stage).Bind(2, backend).Bind(3, started_at).Bind(4, except);
+                                               "COALESCE(r.finished_at, '') <> '' AND r.seq < me.seq "
+                                               "ORDER BY r.seq DESC"));
+  stmt.Bind(1, stage).Bind(2, backend).Bind(3, run_id);
   std::vector<RunOverview> out;
   for (;;) {
     COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
@@ -239,7 +250,7 @@ Result<std::map<std::string, std::string>> Registry::ModelTypes(const std::vecto
 }
 
 Result<std::optional<std::string>> Registry::LatestRunId() {
-  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT run_id FROM runs ORDER BY started_at DESC, rowid DESC LIMIT 1"));
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT run_id FROM runs ORDER BY seq DESC LIMIT 1"));
   COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
   if (!row) return std::optional<std::string>();
   return std::optional<std::string>(stmt.Text(0));
@@ -305,7 +316,7 @@ Result<std::vector<CaseRunResult>> Registry::ResultsOfCase(const std::string& ke
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare("SELECT r.run_id, u.backend, r.outcome, COALESCE(r.error, '') "
                                                "FROM results r JOIN op_cases c ON c.case_id = r.case_id "
                                                "JOIN runs u ON u.run_id = r.run_id WHERE c.key = ?1 "
-                                               "ORDER BY u.started_at DESC LIMIT ?2"));
+                                               "ORDER BY u.seq DESC LIMIT ?2"));
   stmt.Bind(1, key).Bind(2, limit);
   std::vector<CaseRunResult> out;
   for (;;) {

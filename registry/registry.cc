@@ -619,13 +619,15 @@ Status Registry::RecordResult(const ResultRecord& r) {
     COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
         "INSERT INTO results(run_id, case_id, outcome, error, max_abs_err, max_rel_err, mismatch_frac, cosine, "
         "error_ratio, first_call_us, warm_us, detail_json, attempts, flaky, attempt_outcomes, warm_spread_us, "
-        "counters_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) "
+        "counters_json, warm_min_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+        "?17, ?18) "
         "ON CONFLICT(run_id, case_id) DO UPDATE SET outcome = excluded.outcome, error = excluded.error, "
         "max_abs_err = excluded.max_abs_err, max_rel_err = excluded.max_rel_err, "
         "mismatch_frac = excluded.mismatch_frac, cosine = excluded.cosine, error_ratio = excluded.error_ratio, "
         "first_call_us = excluded.first_call_us, warm_us = excluded.warm_us, detail_json = excluded.detail_json, "
         "attempts = excluded.attempts, flaky = excluded.flaky, attempt_outcomes = excluded.attempt_outcomes, "
         "warm_spread_us = excluded.warm_spread_us, counters_json = excluded.counters_json, "
+        "warm_min_us = excluded.warm_min_us, "
         "recorded_at = strftime('%Y-%m-%dT%H:%M:%SZ','now')"));
     stmt.Bind(1, r.run_id).Bind(2, r.case_id).Bind(3, OutcomeName(r.outcome)).Bind(4, r.error);
     stmt.Bind(5, r.max_abs_err).Bind(6, r.max_rel_err).Bind(7, r.mismatch_frac).Bind(8, r.cosine);
@@ -634,6 +636,7 @@ Status Registry::RecordResult(const ResultRecord& r) {
     if (r.attempt_outcomes.empty()) stmt.BindNull(15); else stmt.Bind(15, r.attempt_outcomes);
     stmt.Bind(16, r.warm_spread_us);
     if (r.counters_json.empty()) stmt.BindNull(17); else stmt.Bind(17, r.counters_json);
+    stmt.Bind(18, r.warm_min_us);
     COV_RETURN_IF_ERROR(stmt.Run());
     COV_ASSIGN_OR_RETURN(auto clear, db_->Prepare("DELETE FROM in_flight WHERE run_id = ?1 AND item = ?2"));
     clear.Bind(1, r.run_id).Bind(2, "case:" + std::to_string(r.case_id));

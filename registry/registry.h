@@ -124,7 +124,7 @@ struct RunRecord {
   std::string run_id;
   std::string stage;    // "unit", later "module", "model", "train"
   std::string backend;  // e.g. "cpu"
-  std::string started_at;   // ISO-8601 UTC
+  std::string started_at;   // ISO-8601 UTC to the millisecond: 2026-12-07T02:24:01.123Z
   std::string finished_at;  // empty while running
   std::string libtorch_version;
   std::string host;
@@ -162,6 +162,7 @@ struct ResultRecord {
   bool flaky = false;             // the attempts disagreed
   std::string attempt_outcomes;   // "crash,pass" when rerun; empty for one attempt
   std::optional<double> warm_spread_us;
+  std::optional<double> warm_min_us;  // the fastest warm call; NULL in results stored before schema v11
   std::string counters_json;      // backend counters during the case; empty when none
 };
 
@@ -491,10 +492,11 @@ class Registry {
   // row; no SQL outside registry/.
   // A run with its result count and shard progress; nullopt when unknown.
   Result<std::optional<RunOverview>> GetRunOverview(const std::string& run_id);
-  // Finished runs of `stage` on `backend` started before `started_at`, other
-  // than `except`, newest first (baseline candidates).
+  // Finished runs of `stage` on `backend` recorded before run `run_id` in
+  // this registry (Note [Run order] in reads.cc), newest first (baseline
+  // candidates).
   Result<std::vector<RunOverview>> FinishedRunsBefore(const std::string& stage, const std::string& backend,
-                                                      const std::string& started_at, const std::string& except);
+                                                      const std::string& run_id);
   // Every unit result of `run_id` with its case's key, op, summary and dtypes.
   Result<std::vector<CaseResultRow>> CaseResultsForRun(const std::string& run_id);
   // The models each case with a result in either run was captured from,

@@ -524,6 +524,24 @@ CREATE VIEW v_case_source_kinds AS
   FROM op_cases c;
 )sql";
 
+// Version 11: runs in an unambiguous order (Note [Run order] in
+// registry/reads.cc), and each result's fastest warm call, which performance
+// is judged on (Note [Fastest calls] in reports/build.cc). seq numbers the runs in the order this registry
+// recorded them; a trigger gives each new row the next number, whatever
+// inserts it (a stage, a merge). Runs stored before are numbered by their
+// start, then by the order of their rows.
+constexpr std::string_view kV11 = R"sql(
+ALTER TABLE results ADD COLUMN warm_min_us REAL;  -- the fastest warm call: Note [Fastest calls] in reports/build.cc
+ALTER TABLE runs ADD COLUMN seq INTEGER;
+UPDATE runs SET seq = (SELECT COUNT(*) FROM runs o WHERE o.started_at < runs.started_at OR
+                       (o.started_at = runs.started_at AND o.rowid <= runs.rowid));
+CREATE UNIQUE INDEX runs_seq ON runs(seq);
+CREATE TRIGGER runs_next_seq AFTER INSERT ON runs WHEN NEW.seq IS NULL
+BEGIN
+  UPDATE runs SET seq = (SELECT COALESCE(MAX(seq), 0) + 1 FROM runs) WHERE rowid = NEW.rowid;
+END;
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -538,6 +556,7 @@ const std::vector<Migration>& Migrations() {
       {8, "the retired model builder's builds and captures dropped", kV8},
       {9, "one live writer per run and shard: run leases", kV9},
       {10, "op cases from PyTorch's OpInfo samples", kV10},
+      {11, "runs in the order they were recorded; the fastest warm call of each result", kV11},
   };
   return kMigrations;
 }

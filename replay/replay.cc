@@ -394,6 +394,7 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
     // Max - min rather than a percentile range: with the default 3 warm
     // calls there is nothing between them.
     if (warm.size() >= 2) res.warm_spread_us = warm.back() - warm.front();
+    res.warm_min_us = warm.front();
   }
 
   // Compare.

@@ -41,6 +41,22 @@ enum class Change {
   kUnchanged,
 };
 std::string_view ChangeName(Change change);  // "new_failure", "fixed", ...
+
+// One result's warm latency as performance is judged (Note [Fastest calls]
+// in build.cc): its fastest warm call, and its noise, how far its median
+// sits above that.
+struct WarmTiming {
+  double fastest_us = 0;
+  double noise_us = 0;
+  bool fastest_known = true;  // false: a result stored before schema v11, its median and spread
+};
+// From a stored result's figures. nullopt without warm calls.
+std::optional<WarmTiming> WarmTimingOf(const std::optional<double>& warm_us, const std::optional<double>& warm_min_us,
+                                       const std::optional<double>& warm_spread_us);
+struct ReportOptions;
+// now.fastest - base.fastest when it is a change by the options' rule, else
+// nullopt. The report and the nightly's second measurement both judge so.
+std::optional<double> PerfChange(const WarmTiming& base, const WarmTiming& now, const ReportOptions& options);
 // What Report::Regressed() fails on: new_failure, drift, perf_regression.
 bool IsRegression(Change change);
 
@@ -57,8 +73,9 @@ struct ReportOptions {
   // at least drift_floor.
   double drift_factor = 4.0;
   double drift_floor = 1e-6;
-  // Performance: warm latency changed by more than perf_spreads times the
-  // larger of the two runs' spreads, and by perf_min_rel, and by perf_min_us.
+  // Performance, judged on the fastest warm calls (Note [Fastest calls] in
+  // build.cc): changed by more than perf_spreads times the smaller of the two
+  // runs' noise, and by perf_min_rel, and by perf_min_us.
   double perf_spreads = 3.0;
   double perf_min_rel = 0.10;
   double perf_min_us = 5.0;
@@ -88,7 +105,7 @@ struct CaseEntry {
   std::string expectation;      // the matching expectation's reason, if any
   std::string error;
   std::optional<double> max_abs_err, max_rel_err, mismatch_frac, cosine, error_ratio;
-  std::optional<double> first_call_us, warm_us, warm_spread_us;
+  std::optional<double> first_call_us, warm_us, warm_spread_us, warm_min_us;
   int attempts = 1;
   bool flaky = false;
   std::string attempt_outcomes;
@@ -96,9 +113,10 @@ struct CaseEntry {
   // The baseline's result, when there is one.
   std::string baseline_run_id;
   std::optional<Outcome> baseline_outcome;
-  std::optional<double> baseline_max_abs_err, baseline_first_call_us, baseline_warm_us, baseline_warm_spread_us;
+  std::optional<double> baseline_max_abs_err, baseline_first_call_us, baseline_warm_us, baseline_warm_spread_us,
+      baseline_warm_min_us;
   Change change = Change::kNoBaseline;
-  std::string change_detail;    // "max abs error 3.2e-05 -> 4.1e-03 (128x)", "warm 12.0 us -> 30.1 us (spread 1.2 us)"
+  std::string change_detail;    // "max abs error 3.2e-05 -> 4.1e-03 (128x)", "fastest warm call 12.0 us -> 30.1 us (...)"
   std::vector<std::string> extra_changes;  // drift/perf/compile names when they coexist with the main change
   std::string repro;            // the `coverage repro` command for it
 };

@@ -13,19 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/text_safety.h"
+#include "core/utc_time.h"
 #include "registry/registry.h"
 
 namespace coverage::stages {
 namespace {
-
-std::string FormatTime(const char* format) {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof(buf), format, &tm);
-  return buf;
-}
 
 nlohmann::json Member(const std::string& config_json, const std::string& name) {
   nlohmann::json j = nlohmann::json::parse(config_json, nullptr, false);
@@ -87,15 +79,13 @@ bool RunLeaseHolderIsLive(const registry::RunLease& lease, const std::string& ho
   return started && *started == lease.process_start;
 }
 
-std::string NowIso8601() { return FormatTime("%Y-%m-%dT%H:%M:%SZ"); }
+std::string NowIso8601() { return UtcNowIso8601Ms(); }
 
 std::string NewRunId(const std::string& backend, const std::string& stage) {
   std::string safe;
   for (char c : backend) safe.push_back(std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
   // Milliseconds and the process id keep two runs started in one second apart.
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch()).count() % 1000;
-  return FormatTime("%Y%m%dT%H%M%S") + fmt::format("{:03d}Z-{}-{}-{}", ms, safe, stage, getpid());
+  return UtcNowCompactMs() + fmt::format("-{}-{}-{}", safe, stage, getpid());
 }
 
 Result<StageRun> StageRun::Open(registry::Registry& registry, const std::string& stage, const std::string& id_stage,

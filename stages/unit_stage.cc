@@ -35,6 +35,7 @@ registry::ResultRecord ToRecord(const std::string& run_id, int64_t case_id, cons
                                 r.timing.materialize_us, r.timing.golden_us, r.timing.reference_us, r.timing.backend_us,
                                 r.timing.compare_us, r.timing.total_us, r.detail_json.empty() ? "null" : r.detail_json);
   rec.warm_spread_us = r.warm_spread_us;
+  rec.warm_min_us = r.warm_min_us;
   if (!r.counters.empty()) rec.counters_json = nlohmann::json(r.counters).dump();
   rec.attempts = r.attempts;
   rec.flaky = r.flaky;

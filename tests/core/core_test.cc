@@ -230,13 +230,15 @@ TEST(CaseResult, MemberOfAnotherTypeIsCorruptionNotAnException) {
   }
 }
 
-TEST(CaseResult, JsonRoundTripKeepsWarmSpreadAndCounters) {
+TEST(CaseResult, JsonRoundTripKeepsWarmSpreadFastestCallAndCounters) {
   CaseResult r;
   r.warm_spread_us = 3.25;
+  r.warm_min_us = 17.5;
   r.counters = {{"compiles", 1}, {"cache_hits", 3}, {"fallback:aten::mm", 4}, {"bytes_allocated", int64_t{1} << 40}};
   auto back = CaseResult::FromJson(r.ToJson());
   ASSERT_TRUE(back.has_value()) << back.error().ToString();
   EXPECT_DOUBLE_EQ(*back->warm_spread_us, 3.25);
+  EXPECT_DOUBLE_EQ(*back->warm_min_us, 17.5);
   EXPECT_EQ(back->counters, r.counters);
   EXPECT_FALSE(CaseResult::FromJson(R"({"outcome": "pass", "counters": {"compiles": 1.5}})").has_value());
   EXPECT_FALSE(CaseResult::FromJson(R"({"outcome": "pass", "counters": [1]})").has_value());

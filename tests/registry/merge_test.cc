@@ -39,13 +39,14 @@ class Merge : public ::testing::Test {
     for (size_t i = index; i < ids_.size(); i += 2) {
       ResultRecord res{.run_id = "R", .case_id = ids_[i], .outcome = i % 3 ? Outcome::kPass : Outcome::kMismatch,
                        .max_abs_err = 0.5 * i, .attempts = i == 4 ? 2 : 1, .flaky = i == 4,
-                       .attempt_outcomes = i == 4 ? "mismatch,pass" : ""};
+                       .attempt_outcomes = i == 4 ? "mismatch,pass" : "", .warm_min_us = 10.0 + i};
       ASSERT_TRUE(r->RecordResult(res).ok());
     }
     ASSERT_TRUE(r->FinishShard("R", index, 2, "2026-11-30T05:00:00Z").ok());
   }
   std::string Dump(Registry& r) {
-    auto q = r.Query("SELECT c.key, x.outcome, x.max_abs_err, x.attempts, x.flaky, x.attempt_outcomes FROM results x "
+    auto q = r.Query("SELECT c.key, x.outcome, x.max_abs_err, x.attempts, x.flaky, x.attempt_outcomes, x.warm_min_us "
+                     "FROM results x "
                      "JOIN op_cases c ON c.case_id = x.case_id WHERE x.run_id = 'R' ORDER BY c.key");
     std::string out;
     for (const auto& row : q->rows) {
@@ -95,10 +96,21 @@ TEST_F(Merge, ShardsMergeIntoOneFinishedRunAndMergingTwiceChangesNothing) {
     ASSERT_TRUE(whole->RecordResult({.run_id = "R", .case_id = ids_[i],
                                      .outcome = i % 3 ? Outcome::kPass : Outcome::kMismatch, .max_abs_err = 0.5 * i,
                                      .attempts = i == 4 ? 2 : 1, .flaky = i == 4,
-                                     .attempt_outcomes = i == 4 ? "mismatch,pass" : ""})
+                                     .attempt_outcomes = i == 4 ? "mismatch,pass" : "", .warm_min_us = 10.0 + i})
                     .ok());
   }
   EXPECT_EQ(Dump(*whole), once);
+
+  // A merged run takes its place in the target's run order when it arrives
+  // (Note [Run order]): a run started here afterwards comes after it.
+  ASSERT_TRUE(merged->CreateOrResumeRun({.run_id = "later", .stage = "unit", .backend = "sim", .started_at = "t"},
+                                        nullptr));
+  ASSERT_TRUE(merged->FinishRun("later", "t").ok());
+  auto order = merged->Query("SELECT run_id FROM runs ORDER BY seq");
+  ASSERT_TRUE(order.has_value());
+  ASSERT_EQ(order->rows.size(), 2u);
+  EXPECT_EQ(order->rows[0][0], "R");
+  EXPECT_EQ(order->rows[1][0], "later");
 }
 
 TEST_F(Merge, ASkippedResultIsReplacedByTheShardsRealOneAndTheSourceIsOnlyRead) {

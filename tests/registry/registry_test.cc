@@ -27,6 +27,16 @@ int64_t CountRows(Registry& r, const std::string& table) {
   return std::stoll(q->rows.at(0).at(0));
 }
 
+// Brings a fresh database to schema `version` as a build of that version
+// would have left it.
+void MigrateTo(Database& db, int version) {
+  for (const auto& m : Migrations()) {
+    if (m.version > version) break;
+    ASSERT_TRUE(db.Exec(std::string(m.sql)).ok()) << m.version;
+  }
+  ASSERT_TRUE(db.Exec("PRAGMA user_version = " + std::to_string(version)).ok());
+}
+
 TEST(Registry, NewDatabaseIsMigratedToTheLatestVersionOnce) {
   TempDir dir;
   {
@@ -236,11 +246,8 @@ TEST(Registry, TheRetiredBuildersTablesAreDroppedAndCapturedCasesKept) {
   {
     auto db = Database::Open(dir.File("r.db"));
     ASSERT_TRUE(db.has_value());
-    for (const auto& m : Migrations()) {
-      if (m.version > 7) break;
-      ASSERT_TRUE((*db)->Exec(std::string(m.sql)).ok()) << m.version;
-    }
-    ASSERT_TRUE((*db)->Exec("PRAGMA user_version = 7; INSERT INTO models(id, model_type) VALUES ('a/b', 'llama');"
+    ASSERT_NO_FATAL_FAILURE(MigrateTo(**db, 7));
+    ASSERT_TRUE((*db)->Exec("INSERT INTO models(id, model_type) VALUES ('a/b', 'llama');"
                             "INSERT INTO builds(model_id, profile, builder_version, status) VALUES ('a/b', 'prefill', 3, 'built');"
                             "INSERT INTO captures(model_id, profile, builder_version, calls, cases) "
                             "VALUES ('a/b', 'prefill', 3, 10, 2);"
@@ -259,6 +266,36 @@ TEST(Registry, TheRetiredBuildersTablesAreDroppedAndCapturedCasesKept) {
   EXPECT_EQ(CountRows(*r, "op_cases"), 1);
   EXPECT_EQ(CountRows(*r, "case_sources"), 1);
   EXPECT_EQ(CountRows(*r, "models"), 1);
+}
+
+// A version-10 registry ordered its runs by their start, stored to the
+// second: v11 numbers them by start, then by the order of their rows, and a
+// run inserted after takes the next number whatever its start says.
+TEST(Registry, RunsOfVersionTenAreNumberedInTheOrderTheyWereRecorded) {
+  TempDir dir;
+  {
+    auto db = Database::Open(dir.File("r.db"));
+    ASSERT_TRUE(db.has_value());
+    ASSERT_NO_FATAL_FAILURE(MigrateTo(**db, 10));
+    ASSERT_TRUE((*db)->Exec("INSERT INTO runs(run_id, stage, backend, started_at) VALUES "
+                            "('late', 'unit', 'sim', '2026-12-06T21:10:00Z'), "
+                            "('b', 'unit', 'sim', '2026-12-06T21:09:59Z'), ('a', 'unit', 'sim', '2026-12-06T21:09:59Z')")
+                    .ok());
+  }
+  auto r = OpenFresh(dir);
+  ASSERT_TRUE(r->CreateOrResumeRun({.run_id = "new", .stage = "unit", .backend = "sim",
+                                    .started_at = "2026-12-06T21:09:58.500Z"},
+                                   nullptr));
+  auto q = r->Query("SELECT run_id, seq FROM runs ORDER BY seq");
+  ASSERT_TRUE(q.has_value());
+  ASSERT_EQ(q->rows.size(), 4u);
+  EXPECT_EQ(q->rows[0], (std::vector<std::string>{"b", "1"}));
+  EXPECT_EQ(q->rows[1], (std::vector<std::string>{"a", "2"}));
+  EXPECT_EQ(q->rows[2], (std::vector<std::string>{"late", "3"}));
+  EXPECT_EQ(q->rows[3], (std::vector<std::string>{"new", "4"}));
+  auto before = r->FinishedRunsBefore("unit", "sim", "new");
+  ASSERT_TRUE(before.has_value());
+  EXPECT_TRUE(before->empty()) << "none of them is finished";
 }
 
 class RegistryQuery : public ::testing::Test {
@@ -435,7 +472,7 @@ TEST(Registry, TypedReadsForReportsParseOutcomesAndNameCorruptRows) {
   EXPECT_EQ((*overview)->unit_results, 1);
   EXPECT_EQ((*overview)->shard_count, 0);
   EXPECT_FALSE(r->GetRunOverview("nope")->has_value());
-  auto before = r->FinishedRunsBefore("unit", "cpu", "r2", "r2");
+  auto before = r->FinishedRunsBefore("unit", "cpu", "r2");
   ASSERT_TRUE(before.has_value());
   ASSERT_EQ(before->size(), 1u);
   EXPECT_EQ((*before)[0].run.run_id, "r1");
