@@ -52,7 +52,7 @@ Result<ValueDomain> DomainFromJson(const json& d, const std::string& what) {
       {ValueDomain::Kind::kReal, "real"},     {ValueDomain::Kind::kNonNegative, "non_negative"},
       {ValueDomain::Kind::kPositive, "positive"}, {ValueDomain::Kind::kUnit, "unit"},
       {ValueDomain::Kind::kMask, "mask"},     {ValueDomain::Kind::kInteger, "integer"},
-      {ValueDomain::Kind::kBool, "bool"},
+      {ValueDomain::Kind::kBool, "bool"},     {ValueDomain::Kind::kConstant, "constant"},
   };
   bool found = false;
   for (auto [k, name] : kKinds) {
@@ -66,6 +66,12 @@ Result<ValueDomain> DomainFromJson(const json& d, const std::string& what) {
     COV_ASSIGN_OR_RETURN(out.lo, Int(d, "lo", what));
     COV_ASSIGN_OR_RETURN(out.hi, Int(d, "hi", what));
     if (out.hi <= out.lo) return Status::Corruption(fmt::format("{}: empty range [{}, {})", what, out.lo, out.hi));
+  }
+  if (out.kind == ValueDomain::Kind::kConstant) {
+    auto v = d.find("value");
+    std::optional<double> value = v == d.end() ? std::nullopt : DoubleFromJson(*v);
+    if (!value) return Status::Corruption(what + ".value: expected a number, \"inf\", \"-inf\" or \"nan\"");
+    out.value = *value;
   }
   return out;
 }
@@ -212,9 +218,9 @@ Status TraceReader::Feed(std::string_view line) {
     if (started_) return Status::Corruption(what + ": a second 'start' record");
     ProgramInfo& info = program_.info;
     COV_ASSIGN_OR_RETURN(int64_t version, Int(j, "tracer_version", what));
-    if (version != kTracerVersion) {
-      return Status::Unsupported(fmt::format("{}: tracer_version {} but this build reads version {}", what, version,
-                                             kTracerVersion));
+    if (version < kOldestTracerVersionRead || version > kTracerVersion) {
+      return Status::Unsupported(fmt::format("{}: tracer_version {} but this build reads versions {} to {}", what,
+                                             version, kOldestTracerVersionRead, kTracerVersion));
     }
     info.tracer_version = static_cast<int>(version);
     COV_ASSIGN_OR_RETURN(info.model_id, Str(j, "model", what));

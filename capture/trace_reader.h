@@ -17,8 +17,13 @@
 
 namespace coverage::capture {
 
-// The record format this build reads (the start record's tracer_version).
-inline constexpr int kTracerVersion = 1;
+// The tracer this build runs (the start record's tracer_version): capture
+// traces again a program stored by another version. Version 2 records the
+// same records as 1; its input leaves carry the range they were drawn from
+// as their domain (token ids in [0, vocab)), so version 1 programs are still
+// read.
+inline constexpr int kTracerVersion = 2;
+inline constexpr int kOldestTracerVersionRead = 1;
 
 // An `error` record: the tracer could not trace this (model, profile).
 struct TraceError {

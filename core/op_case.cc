@@ -32,7 +32,7 @@ constexpr std::pair<ValueDomain::Kind, std::string_view> kDomainNames[] = {
     {ValueDomain::Kind::kReal, "real"},         {ValueDomain::Kind::kNonNegative, "nonneg"},
     {ValueDomain::Kind::kPositive, "positive"}, {ValueDomain::Kind::kUnit, "unit"},
     {ValueDomain::Kind::kMask, "mask"},         {ValueDomain::Kind::kInteger, "int"},
-    {ValueDomain::Kind::kBool, "bool"},
+    {ValueDomain::Kind::kBool, "bool"},         {ValueDomain::Kind::kConstant, "const"},
 };
 
 constexpr std::pair<Argument::Kind, std::string_view> kArgKindNames[] = {
@@ -61,6 +61,7 @@ json TensorToJson(const TensorSpec& t) {
     d["lo"] = t.domain.lo;
     d["hi"] = t.domain.hi;
   }
+  if (t.domain.kind == ValueDomain::Kind::kConstant) d["value"] = DoubleToJson(t.domain.value);
   j["domain"] = std::move(d);
   return j;
 }
@@ -125,6 +126,10 @@ Result<TensorSpec> TensorFromJson(const json& j, const std::string& what) {
         return Status::Corruption(what + ".domain: empty integer range [" + std::to_string(t.domain.lo) +
                                   ", " + std::to_string(t.domain.hi) + ")");
       }
+    }
+    if (t.domain.kind == ValueDomain::Kind::kConstant) {
+      if (!d.contains("value")) return Status::Corruption(what + ".domain: a constant without 'value'");
+      COV_ASSIGN_OR_RETURN(t.domain.value, RequireDouble(d["value"], what + ".domain.value"));
     }
   }
   return t;
@@ -336,6 +341,7 @@ std::string TensorSpec::StorageKey() const {
                   std::string(ValueDomainKindName(domain.kind));
   if (domain.kind == ValueDomain::Kind::kInteger) k += std::to_string(domain.lo) + ":" + std::to_string(domain.hi);
   if (domain.kind == ValueDomain::Kind::kMask) k += ToShortString();
+  if (domain.kind == ValueDomain::Kind::kConstant) k += DoubleToJson(domain.value).dump();
   return k;
 }
 
@@ -381,6 +387,7 @@ std::string TensorSpec::ToShortString() const {
     if (storage_offset) out += ";o=" + std::to_string(storage_offset);
     out += "}";
   }
+  if (domain.kind == ValueDomain::Kind::kConstant) out += "=" + DoubleToJson(domain.value).dump();
   return out;
 }
 

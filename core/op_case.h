@@ -52,10 +52,13 @@ struct ValueDomain {
     kMask,         // additive attention mask: 0 or -inf, replayed causally
     kInteger,      // integers in [lo, hi); replayed uniformly in that range
     kBool,         // booleans; replayed as a fixed pseudo-random pattern
+    kConstant,     // one recorded value: a Python number passed for a Tensor argument
+                   // (AdamW's param.mul_(1 - lr * wd)), replayed as itself
   };
   Kind kind = Kind::kReal;
-  int64_t lo = 0;  // kInteger only: inclusive lower bound
-  int64_t hi = 0;  // kInteger only: exclusive upper bound
+  int64_t lo = 0;      // kInteger only: inclusive lower bound
+  int64_t hi = 0;      // kInteger only: exclusive upper bound
+  double value = 0.0;  // kConstant only (exact for integers up to 2^53)
 
   bool operator==(const ValueDomain&) const = default;
 };
@@ -83,7 +86,7 @@ struct TensorSpec {
   // of it have one storage key, so the cases that read them share values
   // and the replay's input cache. Note [Storage keys] in op_case.cc.
   std::string StorageKey() const;
-  // "f32[8,1,2048]" with "{s=...}" appended when not contiguous.
+  // "f32[8,1,2048]" with "{s=...}" appended when not contiguous, "=0.99999" for a constant.
   std::string ToShortString() const;
   // The form a tensor argument has in the canonical case JSON (compact).
   std::string ToJson() const;

@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include "backends/dtype_map.h"
+#include "core/json_double.h"
 
 namespace coverage::replay {
 using backends::ToDType;
@@ -32,11 +33,19 @@ namespace {
 //    recorded with non-contiguous strides is replayed as zeros (no masking).
 //  * Integer tensors are drawn uniformly from [lo, hi), the coarsened range
 //    recorded at capture (zero only where zero was seen,
-//    never above the largest value seen). On top of
-//    that, ops whose integer argument indexes a dimension clamp the range to
-//    that dimension's size (IndexRules below), so index tensors always lie
-//    inside the indexed dimension even for hand-written cases.
+//    never above the largest value seen), and reach both ends of it: the
+//    storage's first element is lo and its last hi - 1, so a kernel that
+//    breaks only at the top of its range (an embedding past row 32767) is
+//    found. Ops whose integer argument indexes a dimension take the whole
+//    dimension as the range (IndexRules below): an index recorded in
+//    [1, 32768) of a 50,257-row table replays in [0, 50257) and reads row
+//    50256; index tensors always lie inside the indexed dimension, even for
+//    hand-written cases.
 //  * Bool tensors get a fixed pseudo-random pattern (about half true).
+//  * A constant (a Python number the model passed for a Tensor argument,
+//    which libtorch sees as a 0-dim tensor) is replayed as the recorded
+//    value: AdamW's param.mul_(1 - lr * wd) multiplies by 0.99999, not by a
+//    random number.
 // All values come from one pool of 4M uniform floats generated once with a
 // fixed SplitMix64 stream; a tensor starts at a pool offset derived from its
 // spec, its rank among the case's arguments with the same spec, and the seed.
@@ -163,6 +172,12 @@ at::Tensor MakeBase(const TensorSpec& spec, uint64_t offset) {
   const int64_t n = spec.StorageNumel();
   const c10::ScalarType st = ToScalarType(spec.dtype);
   const ValueDomain& d = spec.domain;
+  if (d.kind == ValueDomain::Kind::kConstant) {
+    if (spec.dtype == DType::kComplex64 || spec.dtype == DType::kComplex128) {
+      return at::full({n}, c10::complex<double>(d.value, 0.0), at::TensorOptions().dtype(st));
+    }
+    return at::full({n}, d.value, at::TensorOptions().dtype(at::kDouble)).to(st);
+  }
   if (d.kind == ValueDomain::Kind::kMask && IsFloatingDType(spec.dtype)) {
     if (spec.IsContiguous()) return CausalMask(spec).reshape({-1}).to(st);
     return at::zeros({n}, at::TensorOptions().dtype(st));
@@ -192,7 +207,13 @@ at::Tensor MakeBase(const TensorSpec& spec, uint64_t offset) {
     FillAffine<double, double>(u.data_ptr<double>(), n, offset, hi - lo, lo);
     // hi - 1 rounds up to 2^63 for int64; the largest double below the top stays in range.
     const double upper = std::min(hi - 1, std::nextafter(top, 0.0));
-    return u.floor_().clamp_(lo, upper).to(st);
+    u.floor_().clamp_(lo, upper);
+    if (n > 0) {  // both ends of the range (Note [Value domains])
+      double* p = u.data_ptr<double>();
+      p[0] = lo;
+      p[n - 1] = n > 1 ? std::floor(upper) : lo;
+    }
+    return u.to(st);
   }
   auto [scale, shift] = AffineFor(d.kind);
   at::Tensor t = FillFlat(st, n, offset, scale, shift, Pool().data(), /*double_from_float=*/false);
@@ -206,13 +227,12 @@ int64_t NormaliseDim(int64_t dim, size_t rank) {
   return dim < 0 ? dim + static_cast<int64_t>(rank) : dim;
 }
 
-// Clamps the integer range of `index` to [0, size) (or [-size, size) when
-// negative indices are allowed).
-void ClampIndex(TensorSpec& index, int64_t size, bool allow_negative) {
+// Gives `index` the whole indexed dimension as its range: [0, size), or
+// [-size, size) where negative indices are allowed and were seen.
+void IndexWholeDimension(TensorSpec& index, int64_t size, bool allow_negative) {
   if (index.domain.kind != ValueDomain::Kind::kInteger || size <= 0) return;
-  index.domain.hi = std::min(index.domain.hi, size);
-  index.domain.lo = std::max(index.domain.lo, allow_negative ? -size : int64_t{0});
-  if (index.domain.hi <= index.domain.lo) index.domain.hi = index.domain.lo + 1;
+  index.domain.lo = allow_negative && index.domain.lo < 0 ? -size : 0;
+  index.domain.hi = size;
 }
 
 Argument* FindArg(OpCase& c, std::string_view name) {
@@ -236,7 +256,7 @@ void IndexRules(OpCase& c) {
   const std::string& op = c.op;
   if (op == "aten::embedding" || op == "aten::embedding_bag" || op == "aten::_embedding_bag" ||
       op == "aten::_embedding_bag_forward_only") {
-    if (auto* idx = tensor("indices")) ClampIndex(*idx, dim_size(tensor("weight"), 0), false);
+    if (auto* idx = tensor("indices")) IndexWholeDimension(*idx, dim_size(tensor("weight"), 0), false);
     return;
   }
   static const char* kDimIndexed[] = {"aten::index_select", "aten::gather",     "aten::scatter",
@@ -250,7 +270,7 @@ void IndexRules(OpCase& c) {
     TensorSpec* idx = tensor("index");
     if (!idx) idx = tensor("indices");
     int64_t d = dim && dim->kind == Argument::Kind::kInt ? dim->i : 0;
-    if (idx) ClampIndex(*idx, dim_size(tensor("self"), d), false);
+    if (idx) IndexWholeDimension(*idx, dim_size(tensor("self"), d), false);
     return;
   }
   if (op == "aten::index" || op == "aten::index_put" || op == "aten::index_put_" || op == "aten::_index_put_impl_") {
@@ -259,7 +279,7 @@ void IndexRules(OpCase& c) {
     if (!indices || !self) return;
     for (size_t i = 0; i < indices->tensors.size(); ++i) {
       auto& t = indices->tensors[i];
-      if (t && t->dtype != DType::kBool) ClampIndex(*t, dim_size(self, static_cast<int64_t>(i)), true);
+      if (t && t->dtype != DType::kBool) IndexWholeDimension(*t, dim_size(self, static_cast<int64_t>(i)), true);
     }
     return;
   }
@@ -268,7 +288,7 @@ void IndexRules(OpCase& c) {
       op == "aten::nll_loss_backward" || op == "aten::nll_loss2d_backward") {
     TensorSpec* self = tensor("self");
     TensorSpec* target = tensor("target");
-    if (self && target) ClampIndex(*target, dim_size(self, self->shape.size() >= 2 ? 1 : 0), false);
+    if (self && target) IndexWholeDimension(*target, dim_size(self, self->shape.size() >= 2 ? 1 : 0), false);
   }
 }
 
@@ -641,6 +661,7 @@ static std::string SpecKey(const TensorSpec& t) {
   for (int64_t s : t.strides) k += "," + std::to_string(s);
   k += "|" + std::to_string(t.storage_offset) + "|" + std::string(ValueDomainKindName(t.domain.kind));
   if (t.domain.kind == ValueDomain::Kind::kInteger) k += std::to_string(t.domain.lo) + ":" + std::to_string(t.domain.hi);
+  if (t.domain.kind == ValueDomain::Kind::kConstant) k += "=" + DoubleToJson(t.domain.value).dump();
   return k;
 }
 

@@ -81,8 +81,13 @@ std::string MakeTensor(const TensorSpec& t) {
     case ValueDomain::Kind::kMask: kind = "mask"; break;
     case ValueDomain::Kind::kInteger: kind = "integer"; break;
     case ValueDomain::Kind::kBool: kind = "bool"; break;
+    case ValueDomain::Kind::kConstant: kind = "constant"; break;
   }
   auto ints = [](int64_t v) { return std::to_string(v); };
+  if (t.domain.kind == ValueDomain::Kind::kConstant) {
+    return fmt::format("Input({}, {}, {}, {}, 'constant', {}, 0)", PyList(t.shape, ints), PyList(t.strides, ints),
+                       t.storage_offset, PyDType(t.dtype), PyFloat(t.domain.value));
+  }
   return fmt::format("Input({}, {}, {}, {}, '{}', {}, {})", PyList(t.shape, ints), PyList(t.strides, ints),
                      t.storage_offset, PyDType(t.dtype), kind, t.domain.lo, t.domain.hi);
 }
@@ -128,8 +133,11 @@ std::string PythonRepro(const OpCase& c, uint64_t seed, const std::string& devic
      << "                torch.full(shape, float('-inf')).triu(1).to(dtype).reshape(-1), shape,\n"
      << "                torch.empty(shape).stride(), 0)  # a causal additive mask\n"
      << "            return\n"
-     << "        if domain == 'integer':\n"
+     << "        if domain == 'constant':  # a recorded Python number: lo holds it\n"
+     << "            flat = torch.full((n,), lo, dtype=torch.float64)\n"
+     << "        elif domain == 'integer':\n"
      << "            flat = torch.randint(lo, hi, (n,))\n"
+     << "            flat[0], flat[-1] = lo, hi - 1  # both ends of the range, as replay draws them\n"
      << "        elif domain == 'bool' or dtype == torch.bool:\n"
      << "            flat = torch.rand(n) < 0.5\n"
      << "        elif not (dtype.is_floating_point or dtype.is_complex):\n"

@@ -67,11 +67,17 @@ def make_tensor(spec: dict, gen: torch.Generator) -> torch.Tensor:
     domain = spec.get("domain", {"kind": "real"})
     kind = domain.get("kind", "real")
     n = max(extent, 1)
-    if dtype == torch.bool or kind == "bool":
+    if kind == "const":  # a recorded Python number, replayed as itself
+        value = domain["value"]
+        value = float(value) if isinstance(value, str) else value  # "inf", "-inf", "nan"
+        base = torch.full((n,), value, dtype=torch.float64).to(dtype)
+    elif dtype == torch.bool or kind == "bool":
         base = torch.randint(0, 2, (n,), generator=gen).to(torch.bool)
     elif not dtype.is_floating_point and not dtype.is_complex:
         lo, hi = (domain["lo"], domain["hi"]) if kind == "int" else (0, 2)
-        base = torch.randint(lo, hi, (n,), generator=gen, dtype=torch.int64).to(dtype)
+        base = torch.randint(lo, hi, (n,), generator=gen, dtype=torch.int64)
+        base[0], base[-1] = lo, hi - 1  # both ends of the range, as the replay draws them
+        base = base.to(dtype)
     else:
         lo, hi = {"nonneg": (0.0, 2.0), "positive": (0.5, 2.0), "unit": (0.002, 0.998)}.get(kind, (-1.0, 1.0))
         real = torch.rand((n,), generator=gen) * (hi - lo) + lo

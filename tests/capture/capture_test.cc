@@ -119,6 +119,28 @@ TEST(TraceReaderTest, RefusesWhatIsNotATrace) {
   EXPECT_FALSE(Read({}));
 }
 
+// Tracer version 2: a Python number passed for a Tensor argument is a
+// constant domain with its value (version 1 programs are still read: kStart).
+TEST(TraceReaderTest, APythonNumberForATensorIsAConstantCase) {
+  const std::string value =
+      R"({"type":"value","id":4,"kind":"constant","name":"","scalar":{"kind":"double","d":0.99999},"tensor":{"dtype":"f64","shape":[],"strides":[],"storage_offset":0},"domain":{"kind":"positive"}})";
+  const std::string call =
+      R"({"type":"call","index":3,"op":"aten::mul_","overload":"Tensor","args":[{"name":"self","kind":"tensor","value":3,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}},{"name":"other","kind":"tensor","value":4,"tensor":{"dtype":"f64","shape":[],"strides":[],"storage_offset":0},"domain":{"kind":"constant","value":0.99999}}],"outputs":[{"value":3,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}}],"module":"","phase":"optimizer"})";
+  auto out = Read({kStart, kValue0, kValue1, kCall0, kCall1, kCall2, value, call,
+                   R"({"type":"end","calls":4,"values":5})"});
+  ASSERT_TRUE(out) << out.error().message();
+  const ProgramCall& mul = out->program->calls[3];
+  ASSERT_TRUE(mul.op_case);
+  const ValueDomain& d = mul.op_case->args[1].tensor.domain;
+  EXPECT_EQ(d.kind, ValueDomain::Kind::kConstant);
+  EXPECT_EQ(d.value, 0.99999);
+  EXPECT_NE(mul.op_case->Summary().find("f64[]=0.99999"), std::string::npos) << mul.op_case->Summary();
+  auto missing = Read({kStart, kValue0, kValue1, kCall0, kCall1, kCall2, value,
+                       std::string(call).replace(call.find(R"(,"value":0.99999)"), 16, "")});
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message().find("expected a number"), std::string::npos) << missing.error().message();
+}
+
 // A fake interpreter: `python -m coverage_tracer --config - --profile P --model-id M ...`
 // behaves by profile (and model id), and logs every start to calls.log.
 class FakeTracerTest : public ::testing::Test {

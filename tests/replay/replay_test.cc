@@ -341,6 +341,49 @@ TEST(Replay, IntegerDomainsAsWideAsTheirDtypeStayInsideIt) {
   }
 }
 
+// Note [Value domains]: integer inputs reach both ends of their range, and
+// an index takes the whole indexed dimension. GPT-2's token ids were
+// recorded in [1, 32768) (the values' range coarsened); against its table of
+// 50,257 rows they replay in [0, 50257), row 50256 included.
+TEST(Replay, IntegerInputsReachBothEndsAndIndicesTheWholeDimension) {
+  TensorSpec ids = testing::Spec(DType::kInt64, {1, 64}, ValueDomain{ValueDomain::Kind::kInteger, 1, 32768});
+  OpCase embedding = MakeCase("aten::embedding", "",
+                              {TensorArg("weight", DType::kFloat32, {50257, 4}), TensorArg("indices", ids),
+                               testing::IntArg("padding_idx", -1), testing::BoolArg("scale_grad_by_freq", false),
+                               testing::BoolArg("sparse", false)});
+  const at::Tensor i = CpuInputs(embedding, /*seed=*/0)[1].toTensor();
+  EXPECT_EQ(i.min().item<int64_t>(), 0);
+  EXPECT_EQ(i.max().item<int64_t>(), 50256);
+  EXPECT_EQ(RunOn(Cpu(), embedding).outcome, Outcome::kPass);
+
+  // Any integer domain: its first element lo, its last hi - 1, the rest drawn.
+  TensorSpec t = testing::Spec(DType::kInt32, {3, 5}, ValueDomain{ValueDomain::Kind::kInteger, -7, 50257});
+  const at::Tensor x = CpuInputs(MakeCase("aten::neg", "", {TensorArg("self", t)}), /*seed=*/5)[0].toTensor();
+  EXPECT_EQ(x.flatten()[0].item<int64_t>(), -7);
+  EXPECT_EQ(x.flatten()[14].item<int64_t>(), 50256);
+  EXPECT_GT(std::get<0>(at::_unique(x.flatten())).numel(), 10) << "the rest is drawn";
+}
+
+// A Python number the model passed for a Tensor argument (AdamW's
+// param.mul_(1 - lr * weight_decay)) replays as the recorded value.
+TEST(Replay, ARecordedConstantReplaysAsItself) {
+  ValueDomain decay{ValueDomain::Kind::kConstant};
+  decay.value = 0.99999;
+  OpCase c = MakeCase("aten::mul_", "Tensor",
+                      {TensorArg("self", DType::kFloat32, {8}), TensorArg("other", testing::Spec(DType::kFloat64, {}, decay))});
+  const at::Tensor other = CpuInputs(c, /*seed=*/0)[1].toTensor();
+  EXPECT_EQ(other.dim(), 0);
+  EXPECT_EQ(other.item<double>(), 0.99999);
+  EXPECT_EQ(RunOn(Cpu(), c).outcome, Outcome::kPass);
+  // The value is part of the case: another constant is another case.
+  OpCase other_case = c;
+  other_case.args[1].tensor.domain.value = 0.5;
+  EXPECT_NE(c.Key(), other_case.Key());
+  auto back = OpCase::FromJson(c.ToCanonicalJson());
+  ASSERT_TRUE(back.has_value()) << back.error().ToString();
+  EXPECT_EQ(back->args[1].tensor.domain, decay);
+}
+
 // The backward of nll_loss reads its target as class indices too; drawn
 // from the recorded domain (negative here) it was refused by the reference.
 TEST(Replay, NllLossBackwardTargetsAreClassIndices) {

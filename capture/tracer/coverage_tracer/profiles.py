@@ -61,7 +61,8 @@ class Inputs:
         self._register = register
 
     def tokens(self, name, batch, seq, vocab, leaf=True):
-        return self.leaf(name, torch.randint(0, vocab, (batch, seq), generator=self._gen, dtype=torch.long, device="cpu"), leaf)
+        return self.leaf(name, torch.randint(0, vocab, (batch, seq), generator=self._gen, dtype=torch.long, device="cpu"),
+                         leaf, domain=integer_domain(0, vocab))
 
     def ones(self, name, batch, seq, leaf=True):
         return self.leaf(name, torch.ones(batch, seq, dtype=torch.long, device="cpu"), leaf)
@@ -70,15 +71,23 @@ class Inputs:
         return self.leaf(name, torch.randn(*shape, generator=self._gen, device="cpu").to(dtype))
 
     def randint(self, name, hi, shape):
-        return self.leaf(name, torch.randint(0, hi, shape, generator=self._gen, dtype=torch.long, device="cpu"))
+        return self.leaf(name, torch.randint(0, hi, shape, generator=self._gen, dtype=torch.long, device="cpu"),
+                         domain=integer_domain(0, hi))
 
-    def leaf(self, name, cpu, register=True):
+    def leaf(self, name, cpu, register=True, domain=None):
         """`cpu` on the trace device; registered as input `name` unless the
-        tensor only feeds an unrecorded call (decode's cache-filling prefill)."""
+        tensor only feeds an unrecorded call (decode's cache-filling prefill).
+        `domain`: the range the input is drawn from (token ids: [0, vocab)),
+        recorded as its domain instead of one coarsened from the values drawn,
+        so that a replay reaches the whole range (the top token id too)."""
         t = self._place(cpu)
         if register:
-            self._register(t, name)
+            self._register(t, name, domain)
         return t
+
+
+def integer_domain(lo: int, hi: int) -> dict:
+    return {"kind": "integer", "lo": int(lo), "hi": int(hi)}
 
 
 def _text_config(config):

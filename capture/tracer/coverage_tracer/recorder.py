@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .encode import (Unsupported, domain_of, encode_scalar, is_tensor_list_type, is_tensor_type, is_written,
-                     normalized_arguments, op_names, tensor_spec)
+                     json_double, normalized_arguments, op_names, tensor_spec)
 
 
 # Bookkeeping, not computation: record_function ranges (Optimizer.step).
@@ -23,6 +23,14 @@ _UNRECORDED_NAMESPACES = {"profiler"}
 # Calls whose outputs hold whatever the allocator left in the memory.
 _UNINITIALISED_FACTORIES = {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
                             "aten::new_empty_strided", "aten::empty_permuted"}
+
+
+def _version_of(t: torch.Tensor):
+    """t's version counter; None for an inference tensor, which has none."""
+    try:
+        return t._version
+    except RuntimeError:
+        return None
 
 
 class ValueTable:
@@ -41,6 +49,8 @@ class ValueTable:
         self._ids = WeakIdKeyDictionary()
         self._leaves = WeakIdKeyDictionary()
         self._domains: dict[int, tuple[int, int, dict]] = {}
+        # Inputs drawn from a known range (Inputs.leaf): id -> (version, domain).
+        self._declared: dict[int, tuple[int, dict]] = {}
         # Tensors over memory nothing has written yet, with their version
         # then: an in-place write moves the version on.
         self._unwritten = WeakIdKeyDictionary()
@@ -61,9 +71,12 @@ class ValueTable:
         except RuntimeError:
             return False
 
-    def register_leaf(self, t: torch.Tensor, kind: str, name: str, init: dict | None = None) -> None:
+    def register_leaf(self, t: torch.Tensor, kind: str, name: str, init: dict | None = None,
+                      domain: dict | None = None) -> None:
+        """`domain`: an input's declared range (Inputs.leaf), recorded
+        instead of the one its values give."""
         if t not in self._ids and t not in self._leaves:
-            self._leaves[t] = (kind, name, init)
+            self._leaves[t] = (kind, name, init, domain)
 
     def _new_id(self, t: torch.Tensor) -> int:
         vid = self.count
@@ -79,6 +92,9 @@ class ValueTable:
             return {"kind": "bool"}
         if self.is_unwritten(t):
             return None
+        declared = self._declared.get(vid)
+        if declared is not None and _version_of(t) == declared[0]:
+            return declared[1]
         data = t
         if t.is_meta:
             data = self._shadows.get(t) if self._shadows is not None else None
@@ -105,7 +121,7 @@ class ValueTable:
         if vid is not None:
             return vid
         vid = self._new_id(t)
-        kind, name, init = self._leaves.pop(t, ("constant", "", None))
+        kind, name, init, declared = self._leaves.pop(t, ("constant", "", None, None))
         record = {"type": "value", "id": vid, "kind": kind, "name": name}
         if scalar is not None:
             record["scalar"] = {k: v for k, v in encode_scalar("", scalar).items() if k != "name"}
@@ -116,6 +132,11 @@ class ValueTable:
             record["tensor"] = spec
         if kind in ("parameter", "buffer"):
             record["init"] = init or {"rule": "other", "note": "not seen at build"}
+        elif declared is not None:
+            # Until an in-place call changes it, the input's domain is the
+            # range it was drawn from, in its value record and its calls.
+            self._declared[vid] = (_version_of(t), declared)
+            record["domain"] = declared
         else:
             d = self.domain(t, vid)
             if d is not None:
@@ -258,7 +279,8 @@ class ProgramRecorder(TorchDispatchMode):
         spec, why = tensor_spec(t)
         if spec is None:
             raise Unsupported(why)
-        return {"value": vid, "tensor": spec, "domain": domain_of(t)}
+        # Replayed as itself (a constant domain), not drawn like a tensor's values.
+        return {"value": vid, "tensor": spec, "domain": {"kind": "constant", "value": json_double(float(v))}}
 
     def _describe_args(self, func, args, kwargs):
         """(args list, None) or (None, reason); registers every input tensor."""

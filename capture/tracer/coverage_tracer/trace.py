@@ -85,7 +85,8 @@ def _run_once(model, init_rules, config, kind, profile, opts, device, shadows, s
     modules = ModuleStack()
     autograd = AutogradModules() if profile.training else None
     recorder = ProgramRecorder(_run_call_for(device, shadows), values, modules, emit, autograd)
-    inputs = Inputs(opts.seed, _placer(device, shadows), lambda t, name: values.register_leaf(t, "input", name))
+    inputs = Inputs(opts.seed, _placer(device, shadows),
+                    lambda t, name, domain=None: values.register_leaf(t, "input", name, domain=domain))
     run = ProfileRun(profile, kind, model, config, inputs, recorder,
                      lambda t, name: values.register_leaf(t, "input", name))
     if profile.training:

@@ -184,6 +184,14 @@ def test_train_records_forward_backward_and_adamw():
     # A Python number passed for a Tensor argument is a 0-dim constant, as libtorch sees it.
     constants = [v for v in values(records, kind="constant") if "scalar" in v]
     assert constants and constants[0]["tensor"]["shape"] == []
+    # Its calls replay it as itself: AdamW's decay of each parameter,
+    # param.mul_(1 - lr * weight_decay), and exp_avg_sq.mul_(beta2).
+    ids, params = {v["id"] for v in constants}, {v["id"] for v in values(records, kind="parameter")}
+    muls = [c["args"] for c in calls(records, op="aten::mul_", phase="optimizer") if c["args"][1].get("value") in ids]
+    decay = [other for this, other in muls if this["value"] in params]
+    assert len(decay) == len(params)
+    assert all(a["domain"] == {"kind": "constant", "value": pytest.approx(1 - 1e-3 * 1e-2)} for a in decay)
+    assert {other["domain"]["value"] for this, other in muls if this["value"] not in params} == {0.999}
 
 
 def test_encoder_prefill_and_train():
@@ -191,8 +199,16 @@ def test_encoder_prefill_and_train():
     assert code == 0 and records[0]["class"] == "BertForMaskedLM" and records[0]["device"] == "meta"
     check_well_formed(records)
     assert any(c["module"] == "bert.encoder.layer.0.attention.self" for c in calls(records, op=SDPA_CPU))
+    # Token ids keep the range they were drawn from, [0, vocab) for a vocabulary
+    # of 200 (not [0, 128), the values' range coarsened), in calls too.
+    (ids,) = values(records, kind="input", name="input_ids")
+    assert ids["domain"] == {"kind": "integer", "lo": 0, "hi": 200}
+    (embedding,) = [c for c in calls(records, op="aten::embedding") if c["args"][1]["value"] == ids["id"]]
+    assert embedding["args"][1]["domain"] == {"kind": "integer", "lo": 0, "hi": 200}
     records, code = run("bert", "train")
     assert code == 0 and {c["phase"] for c in calls(records)} == {"forward", "backward", "optimizer"}
+    (labels,) = values(records, kind="input", name="labels")
+    assert labels["domain"] == {"kind": "integer", "lo": 0, "hi": 200}
     # Dropout is off, even in train mode.
     assert not calls(records, op="aten::native_dropout") and not calls(records, op="aten::bernoulli_")
 
