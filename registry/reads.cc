@@ -185,7 +185,7 @@ Result<std::optional<RunOverview>> Registry::GetRunOverview(const std::string& r
 // millisecond), and a clock can be set back. A baseline is the newest
 // finished run before the reported one in this order. A run merged from
 // another registry takes the next seq here, when it is merged (runs merged
-// together keep the order of their starts).
+// from one file keep their order there).
 Result<std::vector<RunOverview>> Registry::FinishedRunsBefore(const std::string& stage, const std::string& backend,
                                                               const std::string& run_id) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(std::string(kRunOverview) +

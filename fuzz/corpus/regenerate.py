@@ -115,6 +115,15 @@ def main():
     for c in cases:
         text = compact(c)
         write("op_case", f"{c['op'].split('::')[1]}_{hashlib.sha256(text.encode()).hexdigest()[:8]}.json", text)
+    # A recorded constant (a Python number for a Tensor argument), which the
+    # version 1 fixtures lack: a finite one and one JSON has no number for.
+    for name, op, overload, value in (("mul__const_domain", "aten::mul_", "Tensor", 0.99999),
+                                      ("add_const_inf_domain", "aten::add", "Tensor", "-inf")):
+        tensor = {"domain": {"kind": "real"}, "dtype": "f32", "offset": 0, "shape": [8], "strides": [1]}
+        const = {"domain": {"kind": "const", "value": value}, "dtype": "f64", "offset": 0, "shape": [], "strides": []}
+        write("op_case", f"{name}.json", compact({"args": [{"name": "self", "tensor": tensor, "type": "tensor"},
+                                                           {"name": "other", "tensor": const, "type": "tensor"}],
+                                                  "op": op, "overload": overload, "v": 1}))
 
     # Programs: prefixes of the two traced programs, and an error record.
     prefill, train = program_records("tiny_llama_prefill"), program_records("tiny_llama_train")
