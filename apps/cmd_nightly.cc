@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <algorithm>
 #include <cerrno>
-#include <ctime>
 #include <filesystem>
 #include <map>
 

@@ -2,7 +2,6 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
-#include <ctime>
 #include <iterator>
 #include <set>
 #include <tuple>

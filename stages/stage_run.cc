@@ -4,7 +4,6 @@
 
 #include <cctype>
 #include <chrono>
-#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <utility>
