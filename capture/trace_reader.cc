@@ -269,6 +269,13 @@ Status TraceReader::Feed(std::string_view line) {
     COV_ASSIGN_OR_RETURN(c.phase, Str(j, "phase", what));
     COV_ASSIGN_OR_RETURN(c.unsupported, Str(j, "unsupported", what, false));
     const std::string here = fmt::format("{} ({})", what, c.op);
+    if (auto d = j.find("decomposition"); d != j.end()) {
+      if (!d->is_array()) return Status::Corruption(here + ": 'decomposition' must be an array of op names");
+      for (const json& n : *d) {
+        if (!n.is_string()) return Status::Corruption(here + ": 'decomposition' must be an array of op names");
+        c.decomposition.push_back(n.get<std::string>());
+      }
+    }
     if (c.unsupported.empty()) {
       auto args = j.find("args");
       if (args == j.end() || !args->is_array()) return Status::Corruption(here + ": missing 'args'");

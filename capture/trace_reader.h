@@ -21,8 +21,10 @@ namespace coverage::capture {
 // traces again a program stored by another version. Version 2 records the
 // same records as 1; its input leaves carry the range they were drawn from
 // as their domain (token ids in [0, vocab)), so version 1 programs are still
-// read.
-inline constexpr int kTracerVersion = 2;
+// read. Version 3 records scaled_dot_product_attention whole (and its
+// backward as coverage::scaled_dot_product_attention_backward), with the
+// trace device's decomposition by name, and AdamW's foreach step.
+inline constexpr int kTracerVersion = 3;
 inline constexpr int kOldestTracerVersionRead = 1;
 
 // An `error` record: the tracer could not trace this (model, profile).

@@ -43,6 +43,10 @@ struct ProgramCall {
   std::vector<TensorSpec> output_specs;  // the tensor returns, for cost estimates (not stored)
   std::string module;            // "model.layers.0.self_attn"; "" for the model itself
   std::string phase;             // forward, backward, optimizer
+  // A composite recorded whole (scaled_dot_product_attention): the ops the
+  // trace device ran for it ("aten::_scaled_dot_product_flash_attention_for_cpu"),
+  // which are not calls of the program. Empty for other calls.
+  std::vector<std::string> decomposition;
 
   bool operator==(const ProgramCall&) const = default;
 };

@@ -127,7 +127,7 @@ Status Registry::StoreProgram(const ModelRecord& model, ProgramRecord* rec, cons
     }
     COV_ASSIGN_OR_RETURN(auto call, db_->Prepare(
         "INSERT INTO program_calls(program_id, call_index, case_id, op, overload, inputs, outputs, module, phase, "
-        "unsupported) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULLIF(?10, ''))"));
+        "unsupported, decomposition) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, NULLIF(?10, ''), NULLIF(?11, ''))"));
     std::unordered_map<std::string, int64_t> case_ids;  // key -> case_id
     struct Source {
       int64_t count = 0;
@@ -152,7 +152,8 @@ Status Registry::StoreProgram(const ModelRecord& model, ProgramRecord* rec, cons
         ++rec->unsupported_calls;
       }
       call.Bind(4, c.op).Bind(5, c.overload).Bind(6, IdsJson(c.inputs)).Bind(7, IdsJson(c.outputs));
-      call.Bind(8, c.module).Bind(9, c.phase).Bind(10, c.unsupported);
+      call.Bind(8, c.module).Bind(9, c.phase).Bind(10, c.unsupported)
+          .Bind(11, c.decomposition.empty() ? std::string() : nlohmann::json(c.decomposition).dump());
       COV_RETURN_IF_ERROR(call.Run().WithContext(fmt::format("call {} ({})", c.index, c.op)));
     }
     COV_ASSIGN_OR_RETURN(auto source, db_->Prepare(
@@ -225,7 +226,7 @@ Result<std::optional<Program>> Registry::LoadProgram(const std::string& model_id
   }
   COV_ASSIGN_OR_RETURN(auto cstmt, db_->Prepare(
       "SELECT pc.call_index, pc.op, pc.overload, c.case_json, pc.inputs, pc.outputs, pc.module, pc.phase, "
-      "COALESCE(pc.unsupported, '') FROM program_calls pc LEFT JOIN op_cases c ON c.case_id = pc.case_id "
+      "COALESCE(pc.unsupported, ''), COALESCE(pc.decomposition, '') FROM program_calls pc LEFT JOIN op_cases c ON c.case_id = pc.case_id "
       "WHERE pc.program_id = ?1 ORDER BY pc.call_index"));
   cstmt.Bind(1, rec->program_id);
   for (;;) {
@@ -245,6 +246,14 @@ Result<std::optional<Program>> Registry::LoadProgram(const std::string& model_id
     c.module = cstmt.Text(6);
     c.phase = cstmt.Text(7);
     c.unsupported = cstmt.Text(8);
+    if (!cstmt.Text(9).empty()) {
+      const auto names = nlohmann::json::parse(cstmt.Text(9), nullptr, false);
+      if (!names.is_array()) return Status::Corruption(what + ": decomposition is not a JSON array");
+      for (const auto& n : names) {
+        if (!n.is_string()) return Status::Corruption(what + ": decomposition holds a non-string");
+        c.decomposition.push_back(n.get<std::string>());
+      }
+    }
     p.calls.push_back(std::move(c));
   }
   return std::optional<Program>(std::move(p));

@@ -542,6 +542,13 @@ BEGIN
 END;
 )sql";
 
+// Version 12: a call recorded whole (a composite that picks its kernel by
+// device, capture/tracer/coverage_tracer/composites.py) keeps the names of
+// the calls the trace device made for it.
+constexpr std::string_view kV12 = R"sql(
+ALTER TABLE program_calls ADD COLUMN decomposition TEXT;  -- JSON array of op names; NULL for other calls
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -557,6 +564,7 @@ const std::vector<Migration>& Migrations() {
       {9, "one live writer per run and shard: run leases", kV9},
       {10, "op cases from PyTorch's OpInfo samples", kV10},
       {11, "runs in the order they were recorded; the fastest warm call of each result", kV11},
+      {12, "the trace device's decomposition of calls recorded whole", kV12},
   };
   return kMigrations;
 }

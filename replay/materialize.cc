@@ -475,6 +475,30 @@ bool IsOptionalTensorList(const c10::Argument& arg) {
 
 }  // namespace
 
+std::vector<int64_t> IndexedSizes(const OpCase& op_case) {
+  // Every tensor gets the marker range [0, -1); the rules replace the
+  // range of those that index a dimension with [0, size).
+  OpCase c = op_case;
+  auto mark = [](TensorSpec& t) { t.domain = ValueDomain{ValueDomain::Kind::kInteger, 0, -1}; };
+  for (auto& a : c.args) {
+    if (a.kind == Argument::Kind::kTensor) mark(a.tensor);
+    if (a.kind == Argument::Kind::kTensorList) {
+      for (auto& t : a.tensors) {
+        if (t) mark(*t);
+      }
+    }
+  }
+  IndexRules(c);
+  std::vector<int64_t> sizes;
+  for (const auto& a : c.args) {
+    if (a.kind == Argument::Kind::kTensor) sizes.push_back(std::max<int64_t>(a.tensor.domain.hi, 0));
+    if (a.kind == Argument::Kind::kTensorList) {
+      for (const auto& t : a.tensors) sizes.push_back(t ? std::max<int64_t>(t->domain.hi, 0) : 0);
+    }
+  }
+  return sizes;
+}
+
 uint64_t Fingerprint(const at::Tensor& t) {
   const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
   const int64_t nbytes = static_cast<int64_t>(t.nbytes());
@@ -629,10 +653,32 @@ Result<std::vector<c10::IValue>> MaterializedCase::Build(c10::Device device, boo
         }
         break;
       }
-      default: out.push_back(NonTensorIValue(a, device)); break;
+      default: {
+        c10::IValue v = NonTensorIValue(a, device);
+        out.push_back(slot.scalar_list ? NumberListFor(v) : v);
+        break;
+      }
     }
   }
   return out;
+}
+
+bool IsScalarList(const c10::Argument& schema_arg) {
+  const c10::TypePtr& t = schema_arg.type();
+  return t->kind() == c10::TypeKind::ListType &&
+         t->expectRef<c10::ListType>().getElementType()->kind() == c10::TypeKind::NumberType;
+}
+
+c10::IValue NumberListFor(const c10::IValue& list) {
+  c10::impl::GenericList numbers(c10::NumberType::get());
+  if (list.isDoubleList()) {
+    for (double d : list.toDoubleVector()) numbers.push_back(d);
+  } else if (list.isIntList()) {
+    for (int64_t i : list.toIntVector()) numbers.push_back(i);
+  } else {
+    return list;
+  }
+  return numbers;
 }
 
 c10::IValue NonTensorIValue(const Argument& a, c10::Device device) {
@@ -708,6 +754,7 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
     MaterializedCase::Slot slot;
     slot.arg_index = i;
     slot.optional_list = IsOptionalTensorList(schema_args[i]);
+    slot.scalar_list = IsScalarList(schema_args[i]);
     const auto* alias = schema_args[i].alias_info();
     m.mutated_.push_back(alias != nullptr && alias->isWrite());
     auto add_tensor = [&](const TensorSpec& spec) -> Status {

@@ -103,6 +103,7 @@ class MaterializedCase {
     size_t arg_index = 0;            // into op_case_.args
     std::vector<int> tensor_ids;        // into tensors_, -1 for a None item
     bool optional_list = false;         // Tensor?[]
+    bool scalar_list = false;           // Scalar[] (NumberListFor)
   };
   at::Tensor MakeView(int id, c10::Device device, bool fresh, bool to_double, bool verify);
 
@@ -119,10 +120,24 @@ class MaterializedCase {
 // argument names `device`); None for kNone and the tensor kinds.
 c10::IValue NonTensorIValue(const Argument& a, c10::Device device);
 
+// Whether `schema_arg` is a Scalar[] (`_foreach_div_.ScalarList`'s scalars),
+// and the list a kernel of it unboxes: a list of numbers, not the
+// float[] or int[] NonTensorIValue makes of a recorded double or int list.
+bool IsScalarList(const c10::Argument& schema_arg);
+c10::IValue NumberListFor(const c10::IValue& list);
+
 // One tensor with `spec`'s dtype, shape, strides and offset whose values
 // follow its domain (Note [Value domains]), deterministic in `name` and
 // `seed`: program replay's leaves (inputs, constants).
 at::Tensor MakeTensor(const TensorSpec& spec, std::string_view name, uint64_t seed);
+
+// For each tensor argument of `op_case` in flattening order (a tensor, then
+// each item of a tensor list: the order of ProgramCall::inputs), the size of
+// the dimension it indexes under the index rules of Note [Value domains]
+// (embedding's indices, gather's index, index's indices, nll_loss's target,
+// ...), or 0 where it indexes none. Program replay gives an integer leaf
+// with no recorded range the range of its uses as an index.
+std::vector<int64_t> IndexedSizes(const OpCase& op_case);
 
 // One floating tensor with `spec`'s dtype, shape, strides and offset drawn
 // from a normal (mean a, standard deviation b) or uniform ([a, b))

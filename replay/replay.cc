@@ -14,6 +14,7 @@
 #include "backends/backend.h"
 #include "backends/backends.h"
 #include "replay/compare.h"
+#include "replay/composites.h"
 #include "backends/dtype_map.h"
 #include "replay/materialize.h"
 #include "replay/reference_upcast.h"
@@ -30,11 +31,14 @@ double Micros(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
 
+// An undefined tensor (a gradient output_mask did not ask for) is None.
 void Flatten(const c10::IValue& v, std::vector<c10::IValue>* out) {
-  if (v.isTensor() || v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble()) {
+  if (v.isTensor() && !v.toTensor().defined()) {
+    out->emplace_back();
+  } else if (v.isTensor() || v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble()) {
     out->push_back(v);
   } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorVector()) out->emplace_back(t);
+    for (const at::Tensor& t : v.toTensorVector()) out->push_back(t.defined() ? c10::IValue(t) : c10::IValue());
   } else if (v.isTuple()) {
     for (const auto& e : v.toTupleRef().elements()) Flatten(e, out);
   } else if (v.isList()) {
@@ -152,6 +156,7 @@ std::string FirstLine(std::string_view msg, size_t max_len) {
 }
 
 bool HasSchema(const OpCase& op_case) {
+  RegisterCompositeOps();
   return c10::Dispatcher::singleton().findSchema({op_case.op, op_case.overload}).has_value();
 }
 
@@ -224,6 +229,7 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
     res.timing.total_us = Micros(t_start, Clock::now());
     return res;
   };
+  RegisterCompositeOps();
   auto handle = c10::Dispatcher::singleton().findSchema({op_case.op, op_case.overload});
   if (!handle) {
     res.outcome = Outcome::kSkipped;

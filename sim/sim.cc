@@ -10,6 +10,8 @@
 // (backends/plugin_backend.h) and talks to it through backends/plugin_abi.h.
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +27,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/core/Allocator.h>
@@ -901,6 +905,137 @@ void HostFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 // ---------------------------------------------------------------------------
+// Note [Sim attention]: sim has its own scaled-dot-product attention, as an
+// accelerator does, so that what a model's attention sends a device can be
+// tested. ATen's scaled_dot_product_attention asks the device which kernel
+// to use (the _fused_sdp_choice stub, and the aten::_fused_sdp_choice op for
+// callers that ask the dispatcher); sim answers "overrideable" (math when
+// dropout is asked for, which sim leaves to ATen), and ATen then calls
+// _scaled_dot_product_fused_attention_overrideable and, in backward,
+// _scaled_dot_product_fused_attention_overrideable_backward, whose default
+// kernels only throw. sim computes both on the host in float32 (float64
+// stays float64): scores = q k^T * scale, the mask added (a bool mask keeps
+// where true), causal positions above the diagonal dropped, a row with no
+// position left gives 0 (as _safe_softmax), keys and values of fewer heads
+// shared by groups of query heads (GQA). The backward differentiates that
+// analytically. Counted as "sdp_choice", "attention" and
+// "attention_backward"; faults and bf16 rounding do not apply to them.
+
+constexpr int64_t kSdpMath = 0;          // sdp::SDPBackend::math
+constexpr int64_t kSdpOverrideable = 4;  // sdp::SDPBackend::overrideable
+
+int64_t SdpChoice(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                  double dropout_p, bool, std::optional<double>, bool) {
+  Count("sdp_choice");
+  return dropout_p > 0 ? kSdpMath : kSdpOverrideable;
+}
+
+// _fused_sdp_choice(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, float dropout_p=0.0, bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> int
+void SdpChoiceBoxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto args = torch::jit::pop(*stack, op.schema().arguments().size());
+  torch::jit::push(*stack, SdpChoice(at::Tensor(), at::Tensor(), at::Tensor(), std::nullopt, args[4].toDouble(), false,
+                                     std::nullopt, false));
+}
+
+// The forward on the host, in the compute dtype: scores with mask and
+// causality applied, the probabilities, and key/value with their heads
+// repeated to the query's.
+struct HostAttention {
+  at::Tensor q, k, v, scores, probs;
+  double scale = 1;
+  int64_t groups = 1;
+};
+
+HostAttention AttentionOnHost(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                              const at::Tensor& mask, bool is_causal, std::optional<double> scale) {
+  HostAttention a;
+  const c10::ScalarType compute = query.scalar_type() == c10::kDouble ? c10::kDouble : c10::kFloat;
+  a.q = OnHost(query).to(compute);
+  a.k = OnHost(key).to(compute);
+  a.v = OnHost(value).to(compute);
+  TORCH_CHECK(a.q.dim() >= 3 && a.k.dim() == a.q.dim() && a.v.dim() == a.q.dim(), kDeviceName,
+              " attention: query, key and value must have the same rank (>= 3)");
+  const int64_t hq = a.q.dim() == 4 ? a.q.size(1) : 1;
+  const int64_t hk = a.k.dim() == 4 ? a.k.size(1) : 1;
+  TORCH_CHECK(hk > 0 && hq % hk == 0, kDeviceName, " attention: ", hq, " query heads for ", hk, " key heads");
+  a.groups = hq / hk;
+  if (a.groups > 1) {
+    a.k = a.k.repeat_interleave(a.groups, 1);
+    a.v = a.v.repeat_interleave(a.groups, 1);
+  }
+  a.scale = scale.value_or(1.0 / std::sqrt(static_cast<double>(a.q.size(-1))));
+  a.scores = at::matmul(a.q, a.k.transpose(-2, -1)).mul_(a.scale);
+  const int64_t l = a.q.size(-2), s = a.k.size(-2);
+  if (is_causal) {
+    const at::Tensor keep = at::ones({l, s}, at::TensorOptions().dtype(c10::kBool)).tril();
+    a.scores.masked_fill_(keep.logical_not(), -std::numeric_limits<double>::infinity());
+  }
+  if (mask.defined()) {
+    const at::Tensor m = OnHost(mask);
+    if (m.scalar_type() == c10::kBool) {
+      a.scores.masked_fill_(m.logical_not(), -std::numeric_limits<double>::infinity());
+    } else {
+      a.scores.add_(m.to(compute));
+    }
+  }
+  a.probs = at::_safe_softmax(a.scores, -1);
+  return a;
+}
+
+// Sums a gradient over the query-head groups that shared one key head.
+at::Tensor SumGroups(const at::Tensor& g, int64_t groups) {
+  if (groups == 1) return g;
+  auto sizes = g.sizes().vec();
+  sizes[1] /= groups;
+  sizes.insert(sizes.begin() + 2, groups);
+  return g.reshape(sizes).sum(2);
+}
+
+// _scaled_dot_product_fused_attention_overrideable(Tensor query, Tensor key, Tensor value, Tensor? attn_bias=None, float dropout_p=0.0, bool is_causal=False, bool return_debug_mask=False, *, float? scale=None) -> (Tensor output, Tensor logsumexp, Tensor cum_seq_q, Tensor cum_seq_k, SymInt max_q, SymInt max_k, Tensor philox_seed, Tensor philox_offset, Tensor debug_attn_mask)
+void Attention(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto args = torch::jit::pop(*stack, op.schema().arguments().size());
+  Count("attention");
+  const at::Tensor q = args[0].toTensor();
+  TORCH_CHECK(args[4].toDouble() == 0, kDeviceName, " attention runs without dropout");
+  const at::Tensor mask = args[3].isNone() ? at::Tensor() : args[3].toTensor();
+  std::optional<double> scale;
+  if (!args[7].isNone()) scale = args[7].toDouble();
+  const HostAttention a = AttentionOnHost(q, args[1].toTensor(), args[2].toTensor(), mask, args[5].toBool(), scale);
+  const at::Tensor out = at::matmul(a.probs, a.v).to(q.scalar_type());
+  const at::Tensor lse = at::logsumexp(a.scores, -1).to(c10::kFloat);
+  const at::Tensor none = SimCopyOf(at::empty({0}, at::TensorOptions().dtype(c10::kLong)));
+  torch::jit::push(*stack, SimCopyOf(out.contiguous()), SimCopyOf(lse), none, none, q.size(-2), args[1].toTensor().size(-2),
+                   none, none, SimCopyOf(at::empty({0}, at::TensorOptions().dtype(q.scalar_type()))));
+}
+
+// _scaled_dot_product_fused_attention_overrideable_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor attn_bias, bool[4] grad_input_mask, Tensor out, Tensor logsumexp, Tensor cum_seq_q, Tensor cum_seq_k, SymInt max_q, SymInt max_k, float dropout_p, bool is_causal, Tensor philox_seed, Tensor philox_offset, *, float? scale=None) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value, Tensor grad_attn_bias)
+void AttentionBackward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto args = torch::jit::pop(*stack, op.schema().arguments().size());
+  Count("attention_backward");
+  const at::Tensor q = args[1].toTensor(), k = args[2].toTensor(), v = args[3].toTensor();
+  const at::Tensor mask = args[4].isNone() ? at::Tensor() : args[4].toTensor();
+  const std::vector<bool> wanted = args[5].toBoolList().vec();
+  std::optional<double> scale;
+  if (!args[16].isNone()) scale = args[16].toDouble();
+  const HostAttention a = AttentionOnHost(q, k, v, mask, args[13].toBool(), scale);
+  const at::Tensor d_out = OnHost(args[0].toTensor()).to(a.q.scalar_type());
+  // out = P v, P = softmax(S), S = q k^T * scale (+ mask).
+  const at::Tensor d_v = at::matmul(a.probs.transpose(-2, -1), d_out);
+  const at::Tensor d_p = at::matmul(d_out, a.v.transpose(-2, -1));
+  const at::Tensor d_s = a.probs * (d_p - (d_p * a.probs).sum(-1, /*keepdim=*/true));
+  const at::Tensor d_q = at::matmul(d_s, a.k).mul_(a.scale);
+  const at::Tensor d_k = at::matmul(d_s.transpose(-2, -1), a.q).mul_(a.scale);
+  auto result = [&](size_t i, const at::Tensor& g, const at::Tensor& like) -> c10::IValue {
+    if (i >= wanted.size() || !wanted[i] || !like.defined()) return at::Tensor();
+    return SimCopyOf(g.to(like.scalar_type()).contiguous());
+  };
+  at::Tensor d_mask;
+  if (mask.defined() && mask.is_floating_point()) d_mask = at::sum_to(d_s, mask.sizes());
+  torch::jit::push(*stack, result(0, d_q, q), result(1, SumGroups(d_k, a.groups), k),
+                   result(2, SumGroups(d_v, a.groups), v), result(3, d_mask, mask));
+}
+
+// ---------------------------------------------------------------------------
 // Registration (static, as every PyTorch device extension does: loading the
 // library is what makes the device exist).
 
@@ -932,6 +1067,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // A CompositeExplicitAutograd kernel that only throws; the fallback runs
   // aten::convolution on the host instead.
   m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&HostFallback>());
+  // Note [Sim attention].
+  m.impl("_fused_sdp_choice", torch::CppFunction::makeFromBoxedFunction<&SdpChoiceBoxed>());
+  m.impl("_scaled_dot_product_fused_attention_overrideable", torch::CppFunction::makeFromBoxedFunction<&Attention>());
+  m.impl("_scaled_dot_product_fused_attention_overrideable_backward",
+         torch::CppFunction::makeFromBoxedFunction<&AttentionBackward>());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&HostFallback>()); }
@@ -943,14 +1083,22 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromB
 // out= variant. Left alone, a device would only ever see aten::mul.out. Real
 // devices implement the functional ops themselves, so sim takes them too:
 // every op with such a kernel gets the host fallback as its PrivateUse1
-// kernel, and the op that reaches sim is the one the caller called.
+// kernel, and the op that reaches sim is the one the caller called. So do
+// the _foreach_* ops (CompositeExplicitAutograd loops over their lists), as
+// on devices with foreach kernels: an AdamW step reaches sim as
+// _foreach_lerp_, _foreach_addcdiv_, ..., not as one call per parameter.
 const bool kStructuredOpsTaken = [] {
   static torch::Library* library =
       new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     auto op = c10::Dispatcher::singleton().findOp(name);
     if (!op || name.name.rfind("aten::", 0) != 0) continue;
-    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) continue;
+    // The foreach ops too: their CompositeExplicitAutograd kernel loops over
+    // the list, so a device without its own would see one add_ per tensor,
+    // not the _foreach_add_ an optimizer step sends.
+    const bool foreach = name.name.rfind("aten::_foreach_", 0) == 0 &&
+                         op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+    if (!foreach && !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) continue;
     if (op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
     const std::string qualified = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
     library->impl(qualified.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&HostFallback>());
@@ -960,6 +1108,12 @@ const bool kStructuredOpsTaken = [] {
 
 }  // namespace
 }  // namespace coverage::sim
+
+// ATen's scaled_dot_product_attention asks this stub, not the op, which
+// kernel a device wants (Note [Sim attention]).
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &coverage::sim::SdpChoice)
+}  // namespace at::native
 
 // ---------------------------------------------------------------------------
 // The plugin ABI (backends/plugin_abi.h).

@@ -32,7 +32,7 @@ const char* kValue1 =
 const char* kCall0 =
     R"({"type":"call","index":0,"op":"aten::embedding","overload":"","args":[{"name":"weight","kind":"tensor","value":0,"tensor":{"dtype":"f32","shape":[4,8],"strides":[8,1],"storage_offset":0}},{"name":"indices","kind":"tensor","value":1,"tensor":{"dtype":"i64","shape":[1,3],"strides":[3,1],"storage_offset":0},"domain":{"kind":"integer","lo":0,"hi":4}},{"name":"padding_idx","kind":"int","i":-1},{"name":"scale_grad_by_freq","kind":"bool","b":false},{"name":"sparse","kind":"bool","b":false}],"outputs":[{"value":2,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}}],"module":"model.embed_tokens","phase":"forward"})";
 const char* kCall1 =
-    R"({"type":"call","index":1,"op":"aten::mul","overload":"Scalar","args":[{"name":"self","kind":"tensor","value":2,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}},{"name":"other","kind":"double","d":"inf"}],"outputs":[{"value":3,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}}],"module":"model","phase":"forward"})";
+    R"({"type":"call","index":1,"op":"aten::mul","overload":"Scalar","args":[{"name":"self","kind":"tensor","value":2,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}},{"name":"other","kind":"double","d":"inf"}],"outputs":[{"value":3,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}}],"module":"model","phase":"forward","decomposition":["aten::mul.Tensor","aten::_to_copy"]})";
 const char* kCall2 =
     R"({"type":"call","index":2,"op":"aten::normal_","overload":"","unsupported":"argument generator: a Generator","outputs":[{"value":3,"tensor":{"dtype":"f32","shape":[1,3,8],"strides":[24,8,1],"storage_offset":0}}],"module":"model","phase":"forward"})";
 const char* kEnd = R"({"type":"end","calls":3,"values":4,"seconds":1.5,"peak_rss_mb":300})";
@@ -66,6 +66,9 @@ TEST(TraceReaderTest, ReadsAProgram) {
   EXPECT_EQ(emb.op_case->args[2].i, -1);
   EXPECT_TRUE(std::isinf(p.calls[1].op_case->args[1].d));
   EXPECT_EQ(p.calls[1].op_case->overload, "Scalar");
+  // A call recorded whole names the trace device's calls for it.
+  EXPECT_EQ(p.calls[1].decomposition, (std::vector<std::string>{"aten::mul.Tensor", "aten::_to_copy"}));
+  EXPECT_TRUE(p.calls[0].decomposition.empty());
   EXPECT_FALSE(p.calls[2].op_case);
   EXPECT_EQ(p.calls[2].unsupported, "argument generator: a Generator");
   EXPECT_EQ(p.calls[2].outputs, (std::vector<int64_t>{3}));
@@ -113,6 +116,12 @@ TEST(TraceReaderTest, RefusesWhatIsNotATrace) {
   auto field = Read({kStart, R"({"type":"value","id":"x","kind":"input"})"});
   ASSERT_FALSE(field);
   EXPECT_NE(field.error().message().find("line 2.id: expected an integer"), std::string::npos);
+  std::string bad_decomposition = kCall0;
+  bad_decomposition.insert(bad_decomposition.size() - 1, R"(,"decomposition":"aten::mm")");
+  auto decomposition = Read({kStart, kValue0, kValue1, bad_decomposition});
+  ASSERT_FALSE(decomposition);
+  EXPECT_NE(decomposition.error().message().find("'decomposition' must be an array of op names"), std::string::npos)
+      << decomposition.error().message();
   auto version = Read({R"({"type":"start","tracer_version":99})"});
   ASSERT_FALSE(version);
   EXPECT_NE(version.error().message().find("tracer_version 99"), std::string::npos);
@@ -236,6 +245,8 @@ TEST_F(FakeTracerTest, EachFailureCostsOnlyItsPair) {
   EXPECT_EQ(p.calls[0].inputs, (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(p.calls[0].module, "model.embed_tokens");
   EXPECT_FALSE(p.calls[2].op_case);
+  EXPECT_EQ(p.calls[1].decomposition, (std::vector<std::string>{"aten::mul.Tensor", "aten::_to_copy"}));
+  EXPECT_TRUE(p.calls[0].decomposition.empty());
   EXPECT_EQ(p.values.size(), 2u);
   EXPECT_EQ(p.values[1].name, "input_ids");
   EXPECT_EQ(p.values[1].tensor->domain.hi, 4);

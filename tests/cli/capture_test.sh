@@ -25,8 +25,12 @@ rc=$?
 check "capture of the tiny models succeeds" test $rc -eq 0 || cat "$TMP/cap.out" >&2
 check "capture counts what it captured" contains "$TMP/cap.out" "6 captured"
 check "llama prefill is captured" test "$(q "SELECT status FROM programs WHERE model_id='tiny/llama' AND profile='prefill'")" = captured
-check "the program holds the attention op the library calls" \
-  test "$(q "SELECT COUNT(*) FROM program_calls pc JOIN programs p USING(program_id) WHERE p.model_id='tiny/llama' AND pc.op='aten::_scaled_dot_product_flash_attention_for_cpu' AND pc.module='model.layers.0.self_attn'")" -eq 1
+check "the program holds the attention op the library calls, recorded whole" \
+  test "$(q "SELECT COUNT(*) FROM program_calls pc JOIN programs p USING(program_id) WHERE p.model_id='tiny/llama' AND p.profile='prefill' AND pc.op='aten::scaled_dot_product_attention' AND pc.module='model.layers.0.self_attn'")" -eq 1
+check "with the CPU's kernel for it as its decomposition, not as a call" \
+  test "$(q "SELECT pc.decomposition FROM program_calls pc JOIN programs p USING(program_id) WHERE p.model_id='tiny/llama' AND p.profile='prefill' AND pc.op='aten::scaled_dot_product_attention' AND pc.module='model.layers.0.self_attn'"):$(q "SELECT COUNT(*) FROM program_calls WHERE op LIKE '%flash%'")" = '["aten::_scaled_dot_product_flash_attention_for_cpu"]:0'
+check "and an op case of its own" \
+  test "$(q "SELECT COUNT(*) > 0 FROM op_cases WHERE op='aten::scaled_dot_product_attention'")" -eq 1
 check "depth is cut, the true count recorded" \
   test "$(q "SELECT layers_json FROM programs WHERE model_id='tiny/llama' AND profile='prefill'")" = '{"num_hidden_layers":{"kept":2,"of":4}}'
 check "calls carry module paths of both kept layers" \

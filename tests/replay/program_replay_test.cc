@@ -91,12 +91,17 @@ TEST(ProgramReplay, ABrokenOpFailsTheModelAndItsFirstCallIsNamedAsFirstDivergent
 
 TEST(ProgramReplay, AnErrorOnTheBackendNamesTheCallAndItsModule) {
   FakeBackend backend;
-  backend.throw_message["aten::_scaled_dot_product_flash_attention_for_cpu"] = "no attention kernel on this device";
+  // Attention is recorded whole (Note [Composites recorded whole]): the
+  // backend receives aten::scaled_dot_product_attention and makes its own
+  // choice; the CPU's kernel for it is named beside it.
+  backend.throw_message["aten::scaled_dot_product_attention"] = "no attention kernel on this device";
   const auto item = replay::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
   EXPECT_EQ(item.outcome, Outcome::kError);
   EXPECT_NE(item.error.find("no attention kernel on this device"), std::string::npos) << item.error;
   EXPECT_NE(item.error.find("model.layers.0.self_attn"), std::string::npos) << item.error;
-  EXPECT_EQ(item.detail["first_divergent"]["op"], "aten::_scaled_dot_product_flash_attention_for_cpu");
+  EXPECT_EQ(item.detail["first_divergent"]["op"], "aten::scaled_dot_product_attention");
+  EXPECT_EQ(item.detail["first_divergent"]["decomposition"],
+            nlohmann::json::array({"aten::_scaled_dot_product_flash_attention_for_cpu"}));
 }
 
 TEST(ProgramReplay, AChangedShapeMidProgramIsShapeDivergenceNamingTheCall) {
@@ -165,7 +170,10 @@ TEST(ProgramReplay, AWrongBackwardOpIsCaughtInTheTrainingProgram) {
 
 TEST(ProgramReplay, LivenessKeepsThePeakNearTheLargestLiveSet) {
   FakeBackend backend;
-  const Program& p = Train();
+  // The forward pass: in a training step the parameters, their gradients
+  // and AdamW's state (and its foreach step's lists over every parameter)
+  // are alive together, whatever the liveness.
+  const Program& p = Prefill();
   const auto item = replay::ReplayProgram(p, backend, ProgramReplayOptions{});
   ASSERT_EQ(item.outcome, Outcome::kPass) << item.error;
   // What holding every value to the end would cost: each value's bytes.
@@ -179,6 +187,86 @@ TEST(ProgramReplay, LivenessKeepsThePeakNearTheLargestLiveSet) {
   const int64_t peak = item.detail["replay"]["peak_live_bytes"].get<int64_t>();
   EXPECT_GT(peak, 0);
   EXPECT_LT(peak, all / 2) << "peak " << peak << " of " << all << " bytes for every value";
+}
+
+// Note [Random calls]: noise = rand(64, 64), then sorted, as ViT-MAE picks
+// the patches it masks; y = x + sorted noise. The indices of the sort are
+// an output judged exactly.
+Program ProgramFromLines(const std::vector<std::string>& lines) {
+  capture::TraceReader reader;
+  for (const auto& line : lines) {
+    const Status s = reader.Feed(line);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+  auto outcome = reader.Finish();
+  EXPECT_TRUE(outcome.has_value() && outcome->program.has_value());
+  return outcome.has_value() && outcome->program ? *outcome->program : Program{};
+}
+
+const char* const kStart =
+    R"({"type":"start","tracer_version":3,"model":"t/small","profile":"prefill","class":"Small","model_type":"small",)"
+    R"("kind":"vision","torch":"","transformers":"","device":"meta","layers":{},"dtype":"f32","estimated_gb":0})";
+
+Program RandomProgram() {
+  const std::string f32 = R"({"dtype":"f32","shape":[64,64],"strides":[64,1],"storage_offset":0})";
+  const std::string i64 = R"({"dtype":"i64","shape":[64,64],"strides":[64,1],"storage_offset":0})";
+  const std::vector<std::string> lines = {
+      kStart,
+      R"({"type":"value","id":0,"kind":"input","name":"x","tensor":)" + f32 + R"(,"domain":{"kind":"real"}})",
+      R"({"type":"call","index":0,"op":"aten::rand","overload":"","args":[{"name":"size","kind":"int_list","ints":[64,64]},)"
+      R"({"name":"dtype","kind":"none"},{"name":"layout","kind":"none"},{"name":"device","kind":"device"},)"
+      R"({"name":"pin_memory","kind":"none"}],"outputs":[{"value":1,"tensor":)" + f32 + R"(}],"module":"noise","phase":"forward"})",
+      R"({"type":"call","index":1,"op":"aten::sort","overload":"","args":[{"name":"self","kind":"tensor","value":1,"tensor":)" +
+          f32 + R"(},{"name":"dim","kind":"int","i":-1},{"name":"descending","kind":"bool","b":false}],)"
+      R"("outputs":[{"value":2,"tensor":)" + f32 + R"(},{"value":3,"tensor":)" + i64 + R"(}],"module":"noise","phase":"forward"})",
+      R"({"type":"call","index":2,"op":"aten::add","overload":"Tensor","args":[{"name":"self","kind":"tensor","value":0,"tensor":)" +
+          f32 + R"(},{"name":"other","kind":"tensor","value":2,"tensor":)" + f32 +
+          R"(},{"name":"alpha","kind":"int","i":1}],"outputs":[{"value":4,"tensor":)" + f32 + R"(}],"module":"","phase":"forward"})",
+      R"({"type":"end","calls":3,"values":5,"seconds":0,"peak_rss_mb":0})"};
+  return ProgramFromLines(lines);
+}
+
+TEST(ProgramReplay, ARandomCallIsJudgedAsADrawAndFeedsTheReferencesValuesOn) {
+  const Program p = RandomProgram();
+  ASSERT_EQ(p.calls.size(), 3u);
+  // A backend that draws from its own generator (the CPU's here, as the
+  // `cpu` backend does): the sort's indices still agree, run after run.
+  FakeBackend backend;
+  for (int run = 0; run < 2; ++run) {
+    const auto item = replay::ReplayProgram(p, backend, ProgramReplayOptions{});
+    EXPECT_EQ(item.outcome, Outcome::kPass) << "run " << run << ": " << item.error;
+  }
+  // Draws from another distribution are the random call's failure.
+  backend.add_offset["aten::rand"] = 0.5;
+  const auto item = replay::ReplayProgram(p, backend, ProgramReplayOptions{});
+  EXPECT_EQ(item.outcome, Outcome::kMismatch);
+  EXPECT_NE(item.error.find("call 0 (aten::rand"), std::string::npos) << item.error;
+  EXPECT_NE(item.error.find("a random call"), std::string::npos) << item.error;
+  EXPECT_EQ(item.detail["first_divergent"]["op"], "aten::rand") << item.detail.dump();
+}
+
+// An index the model built itself (head indices, an arange kept as a
+// constant), traced on meta where its values are unknown: no recorded range.
+// Drawn like any integer ([0, 16)), it indexes past a 4-row table and the
+// reference itself raises; its use as an index bounds it instead.
+TEST(ProgramReplay, AnIndexWithNoRecordedRangeStaysInsideWhatItIndexes) {
+  const std::string table = R"({"dtype":"f32","shape":[4,8],"strides":[8,1],"storage_offset":0})";
+  const std::string heads = R"({"dtype":"i64","shape":[64],"strides":[1],"storage_offset":0})";
+  const std::string out = R"({"dtype":"f32","shape":[64,8],"strides":[8,1],"storage_offset":0})";
+  const Program p = ProgramFromLines({
+      kStart,
+      R"({"type":"value","id":0,"kind":"parameter","name":"heads.table","tensor":)" + table +
+          R"(,"init":{"rule":"normal","mean":0.0,"std":0.02}})",
+      R"({"type":"value","id":1,"kind":"constant","name":"","tensor":)" + heads + "}",
+      R"({"type":"call","index":0,"op":"aten::index_select","overload":"","args":[{"name":"self","kind":"tensor","value":0,"tensor":)" +
+          table + R"(},{"name":"dim","kind":"int","i":0},{"name":"index","kind":"tensor","value":1,"tensor":)" + heads +
+          R"(}],"outputs":[{"value":2,"tensor":)" + out + R"(}],"module":"heads","phase":"forward"})",
+      R"({"type":"end","calls":1,"values":3,"seconds":0,"peak_rss_mb":0})"});
+  ASSERT_EQ(p.calls.size(), 1u);
+  ASSERT_NE(p.values[1].tensor->domain.kind, ValueDomain::Kind::kInteger) << "the fixture records no range";
+  FakeBackend backend;
+  const auto item = replay::ReplayProgram(p, backend, ProgramReplayOptions{});
+  EXPECT_EQ(item.outcome, Outcome::kPass) << item.error;
 }
 
 TEST(ProgramReplay, ACallThatCannotBeReplayedSkipsTheProgramWithTheReason) {

@@ -24,6 +24,8 @@
 #include "backends/backend.h"
 #include "backends/backends.h"
 #include "backends/plugin_backend.h"
+#include "replay/composites.h"
+#include "replay/program_replay.h"
 #include "replay/replay.h"
 #include "tests/support/case_builder.h"
 #include "tests/support/programs.h"
@@ -491,6 +493,97 @@ TEST(SimFaults, FaultsFromAFileAndFromTheConfig) {
             Outcome::kNonFiniteMismatch);
   EXPECT_EQ(RunOn(Sim(R"({"faults": [{"op": "aten::mul", "fault": "unsupported"}]})"), mul).outcome,
             Outcome::kUnsupported);
+}
+
+// Note [Sim attention]: sim answers ATen's kernel choice with its own
+// attention, forward and backward, which must agree with the CPU's for every
+// form a model passes: a causal flag, a float mask that needs a gradient
+// (T5's position bias), a bool mask, fewer key heads than query heads.
+TEST(SimAttention, TheDevicesOwnAttentionAgreesWithTheCpuForwardAndBackward) {
+  auto sim = Sim();
+  ASSERT_NE(sim, nullptr);
+  replay::RegisterCompositeOps();
+  auto backward = c10::Dispatcher::singleton().findSchemaOrThrow(replay::kAttentionBackwardOp, "");
+  at::manual_seed(3);
+  const at::Tensor q = at::randn({2, 4, 6, 8}), k = at::randn({2, 2, 6, 8}), v = at::randn({2, 2, 6, 8});
+  const at::Tensor grad = at::randn({2, 4, 6, 8});
+  const at::Tensor float_mask = at::randn({1, 1, 6, 6});
+  const at::Tensor bool_mask = at::rand({2, 1, 6, 6}) > 0.3;
+  struct Form {
+    const char* what;
+    at::Tensor mask;
+    bool causal;
+  };
+  for (const Form& f : {Form{"causal", at::Tensor(), true}, Form{"float mask", float_mask, false},
+                        Form{"bool mask", bool_mask, false}}) {
+    const auto before = sim->Counters();
+    auto run = [&](c10::Device d) {
+      const std::optional<at::Tensor> mask = f.mask.defined() ? std::optional<at::Tensor>(f.mask.to(d)) : std::nullopt;
+      const at::Tensor out = at::scaled_dot_product_attention(q.to(d), k.to(d), v.to(d), mask, 0.0, f.causal,
+                                                              std::nullopt, /*enable_gqa=*/true);
+      torch::jit::Stack stack{grad.to(d), q.to(d), k.to(d), v.to(d), mask, 0.0, f.causal, std::nullopt, true,
+                              c10::List<bool>({true, true, true, f.mask.defined() && f.mask.is_floating_point()})};
+      backward.callBoxed(&stack);
+      std::vector<at::Tensor> all{out.cpu()};
+      for (const auto& r : stack) all.push_back(r.isTensor() && r.toTensor().defined() ? r.toTensor().cpu() : at::Tensor());
+      return all;
+    };
+    const auto on_sim = run(kSim);
+    const auto on_cpu = run(c10::Device(c10::kCPU));
+    ASSERT_EQ(on_sim.size(), 5u);
+    for (size_t i = 0; i < on_sim.size(); ++i) {
+      ASSERT_EQ(on_sim[i].defined(), on_cpu[i].defined()) << f.what << " result " << i;
+      if (on_cpu[i].defined()) {
+        EXPECT_TRUE(at::allclose(on_sim[i], on_cpu[i], 1e-4, 1e-5)) << f.what << " result " << i;
+      }
+    }
+    const auto after = sim->Counters();
+    EXPECT_EQ(after.at("attention") - (before.count("attention") ? before.at("attention") : 0), 2) << f.what;
+    EXPECT_EQ(after.at("attention_backward") - (before.count("attention_backward") ? before.at("attention_backward") : 0), 1)
+        << f.what;
+  }
+}
+
+// What a device receives when a captured decoder runs on it: its own
+// attention (not the CPU's flash kernel), in the forward and in the
+// training step's backward, and AdamW's foreach kernels.
+TEST(SimAttention, ACapturedDecoderRunsTheDevicesAttentionAndForeachKernels) {
+  auto sim = Sim();
+  ASSERT_NE(sim, nullptr);
+  auto counted = [&](const std::map<std::string, int64_t>& before, const std::string& name) {
+    const auto now = sim->Counters();
+    const int64_t was = before.count(name) ? before.at(name) : 0;
+    return (now.count(name) ? now.at(name) : 0) - was;
+  };
+  const Program prefill = testing::LoadProgramFixture("tiny_llama_prefill.jsonl");
+  int64_t attention_calls = 0;
+  for (const auto& c : prefill.calls) attention_calls += c.op == "aten::scaled_dot_product_attention";
+  ASSERT_GT(attention_calls, 0);
+  auto before = sim->Counters();
+  auto item = replay::ReplayProgram(prefill, *sim, replay::ProgramReplayOptions{});
+  EXPECT_EQ(item.outcome, Outcome::kPass) << item.error;
+  EXPECT_EQ(counted(before, "attention"), attention_calls);
+  EXPECT_EQ(counted(before, "fallback:aten::_scaled_dot_product_flash_attention_for_cpu"), 0);
+
+  const Program train = testing::LoadProgramFixture("tiny_llama_train.jsonl");
+  int64_t backward_calls = 0, foreach_calls = 0;
+  for (const auto& c : train.calls) {
+    backward_calls += c.op == replay::kAttentionBackwardOp;
+    foreach_calls += c.phase == "optimizer" && c.op.rfind("aten::_foreach_", 0) == 0;
+  }
+  ASSERT_GT(backward_calls, 0);
+  ASSERT_GT(foreach_calls, 0);
+  replay::ProgramReplayOptions options;
+  options.check.train_steps = 1;
+  before = sim->Counters();
+  item = replay::ReplayTraining(train, *sim, options);
+  EXPECT_EQ(item.outcome, Outcome::kPass) << item.error;
+  EXPECT_GE(counted(before, "attention_backward"), backward_calls);
+  int64_t foreach_kernels = 0;
+  for (const auto& [name, n] : sim->Counters()) {
+    if (name.rfind("fallback:aten::_foreach_", 0) == 0) foreach_kernels += n - (before.count(name) ? before.at(name) : 0);
+  }
+  EXPECT_GE(foreach_kernels, foreach_calls);
 }
 
 class SimDeathTest : public ::testing::Test {

@@ -155,7 +155,7 @@ TEST(ModelStage, CpuPassesEveryStageAndModelsWithoutAProgramShowTheCapturesReaso
 TEST(ModelStage, GateSkipsLaterStagesOfAModelWhoseModulesFailAndSaysWhy) {
   Fixture fx;
   testing::FakeBackend fake;
-  fake.add_offset["aten::_scaled_dot_product_flash_attention_for_cpu"] = 0.25;
+  fake.add_offset["aten::scaled_dot_product_attention"] = 0.25;
   ModelStageOptions o = Options("gated");
   o.gate = true;
   auto s = RunModelStages(*fx.reg, fake, o);
@@ -176,7 +176,7 @@ TEST(ModelStage, GateSkipsLaterStagesOfAModelWhoseModulesFailAndSaysWhy) {
   auto row = fx.reg->Query("SELECT detail_json FROM model_results WHERE run_id = 'ungated' AND stage = 'model' LIMIT 1");
   ASSERT_TRUE(row.has_value() && !row->rows.empty());
   const auto detail = nlohmann::json::parse(row->rows[0][0]);
-  EXPECT_EQ(detail["first_divergent"]["op"], "aten::_scaled_dot_product_flash_attention_for_cpu");
+  EXPECT_EQ(detail["first_divergent"]["op"], "aten::scaled_dot_product_attention");
   EXPECT_EQ(fx.Count("SELECT COUNT(*) FROM op_cases WHERE key = '" + detail["first_divergent"]["case_key"].get<std::string>() + "'"), 1);
 }
 

@@ -3,7 +3,7 @@
 See README.md beside this package for the command line and record format.
 """
 
-TRACER_VERSION = 2
+TRACER_VERSION = 3
 
 from .trace import Options, trace  # noqa: E402
 

@@ -268,9 +268,13 @@ class ProfileRun:
         kw["labels"] = self._labels(b, s)
         if self.kind in DECODER_LIKE or self.kind == "encoder-decoder":
             kw["use_cache"] = False
-        # The default AdamW, as a training script would make it; its state
-        # is created lazily by the step, so the step records that too.
-        optimizer = torch.optim.AdamW(self.model.parameters())
+        # AdamW as torch.optim makes it for parameters on an accelerator:
+        # the default picks the foreach implementation (_foreach_* calls over
+        # all parameters at once) for every device but the CPU, where it
+        # takes the single-tensor loop; the trace runs on the CPU, so the
+        # choice is made for the device. Its state is created lazily by the
+        # step, so the step records that too.
+        optimizer = torch.optim.AdamW(self.model.parameters(), foreach=True)
 
         def step():
             self.recorder.set_phase("forward")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 from torch.utils._pytree import tree_flatten
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils.weak import WeakIdKeyDictionary
 
 from .encode import (Unsupported, domain_of, encode_scalar, is_tensor_list_type, is_tensor_type, is_written,
@@ -241,6 +241,9 @@ class ProgramRecorder(TorchDispatchMode):
         self.recording = False
         self.phase = "forward"
         self.calls = 0
+        # While a composite recorded whole runs (record_whole): the names of
+        # the calls it made, which are run but not recorded.
+        self._inside: list[str] | None = None
 
     def set_phase(self, phase: str) -> None:
         if self._autograd is not None:
@@ -337,9 +340,47 @@ class ProgramRecorder(TorchDispatchMode):
             if any(torch._C._is_alias_of(t, s) for s in sources):
                 self._values.mark_unwritten(t)
 
+    def record_whole(self, op, args, kwargs, run):
+        """Records one call of `op` (args and kwargs bound to its schema)
+        whose outputs are what `run()` returns. The calls `run` makes are the
+        trace device's decomposition of it: they run, unrecorded, and their
+        names become the call's `decomposition` (composites.py)."""
+        if not self.recording or self._inside is not None:
+            return run()
+        if self._autograd is not None and self.phase == "forward":
+            self._autograd.flush()
+        module = self._module()
+        # Describing reads values (domains); this runs outside the dispatch
+        # mode's handler, so the modes are set aside for it.
+        with _disable_current_modes():
+            described, unsupported = self._describe_args(op, args, kwargs)
+        self._inside = []
+        try:
+            out = run()
+        finally:
+            inside, self._inside = self._inside, None
+        with _disable_current_modes():
+            outputs, tensors = self._describe_outputs(out)
+        name, overload = op_names(op)
+        record = {"type": "call", "index": self.calls, "op": name, "overload": overload}
+        if unsupported is not None:
+            record["unsupported"] = unsupported
+        else:
+            record["args"] = described
+        record.update(outputs=outputs, module=module, phase=self.phase, decomposition=[n for n in dict.fromkeys(inside) if n != "aten::detach"])
+        self._emit(record)
+        self.calls += 1
+        if self._autograd is not None and self.phase == "forward":
+            self._autograd.add(tensors, module)
+        return out
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if not self.recording or func.namespace in _UNRECORDED_NAMESPACES:
+            return self._run_call(func, args, kwargs)
+        if self._inside is not None:
+            name, overload = op_names(func)
+            self._inside.append(f"{name}.{overload}" if overload else name)
             return self._run_call(func, args, kwargs)
         if self._autograd is not None and self.phase == "forward":
             self._autograd.flush()

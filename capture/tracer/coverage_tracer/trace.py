@@ -12,6 +12,7 @@ import torch
 
 from . import TRACER_VERSION
 from .budget import GB, estimate_bytes
+from .composites import WholeComposites
 from .config import model_kind, prepare_config
 from .encode import dtype_name
 from .metafunctions import MetaFunctions
@@ -96,7 +97,9 @@ def _run_once(model, init_rules, config, kind, profile, opts, device, shadows, s
     functions = MetaFunctions(shadows, values.alias) if device == "meta" else contextlib.nullcontext()
     modules.attach(model)
     try:
-        with torch.device(device), functions, recorder:
+        # WholeComposites is entered last, so it sees a composite before
+        # MetaFunctions takes the CPU's way for it on meta.
+        with torch.device(device), functions, WholeComposites(recorder), recorder:
             out = run.run()
         del out
     finally:

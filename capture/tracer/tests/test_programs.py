@@ -9,7 +9,10 @@ from conftest import CONFIGS, calls, run, values
 
 from coverage_tracer.recorder import ModuleStack, ProgramRecorder, ValueTable
 
+# Attention is recorded whole (composites.py); the CPU's kernel for it is its decomposition.
+SDPA = "aten::scaled_dot_product_attention"
 SDPA_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
+SDPA_BACKWARD = "coverage::scaled_dot_product_attention_backward"
 
 
 def _schema_names(op, overload):
@@ -52,10 +55,17 @@ def test_decoder_prefill_program():
     assert start["device"] == "meta" and start["dtype"] == "f32" and start["attn_implementation"] == "sdpa"
     assert start["layers"] == {"num_hidden_layers": {"kept": 2, "of": 4}}
     assert start["torch"] == torch.__version__ and start["model"] == "tiny/llama"
-    attention = calls(records, op=SDPA_CPU)
+    attention = calls(records, op=SDPA)
     assert [c["module"] for c in attention] == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
     q, k = attention[0]["args"][0], attention[0]["args"][1]
     assert q["tensor"]["shape"] == [1, 4, 512, 16] and k["tensor"]["shape"] == [1, 2, 512, 16]
+    # As the model passed it: no mask (all ones, so causal instead), 4 query heads on 2 key heads.
+    flags = {a["name"]: a for a in attention[0]["args"][3:]}
+    assert flags["attn_mask"]["kind"] == "none" and flags["is_causal"]["b"] is True
+    assert flags["enable_gqa"]["b"] is True and flags["scale"]["d"] == 0.25
+    # The CPU's kernel is named beside it, and is not a call of the program.
+    assert attention[0]["decomposition"] == [SDPA_CPU]
+    assert not calls(records, op=SDPA_CPU)
     assert not any(c["module"].startswith("model.layers.2") for c in calls(records))
     assert {c["phase"] for c in calls(records)} == {"forward"}
 
@@ -133,7 +143,7 @@ def test_max_layers_is_recorded():
     records, code = run("llama", "prefill", max_layers=1)
     assert code == 0
     assert records[0]["layers"] == {"num_hidden_layers": {"kept": 1, "of": 4}}
-    assert len(calls(records, op=SDPA_CPU)) == 1
+    assert len(calls(records, op=SDPA)) == 1
 
 
 def test_decode_runs_over_a_511_token_cache():
@@ -143,7 +153,7 @@ def test_decode_runs_over_a_511_token_cache():
     assert records[0]["device"] == "meta"
     cache = values(records, kind="input", name="past_key_values.layers.0.keys")
     assert cache and cache[0]["tensor"]["shape"] == [8, 2, 511, 16]
-    attention = calls(records, op=SDPA_CPU)
+    attention = calls(records, op=SDPA)
     assert len(attention) == 2
     assert attention[0]["args"][0]["tensor"]["shape"] == [8, 4, 1, 16]
     assert attention[0]["args"][1]["tensor"]["shape"] == [8, 2, 512, 16]
@@ -159,7 +169,7 @@ def test_decode_bf16_builds_the_model_in_bf16():
     assert code == 0 and records[0]["dtype"] == "bf16"
     weights = [v for v in values(records, kind="parameter")]
     assert weights and all(v["tensor"]["dtype"] == "bf16" for v in weights)
-    assert calls(records, op=SDPA_CPU)[0]["args"][0]["tensor"]["dtype"] == "bf16"
+    assert calls(records, op=SDPA)[0]["args"][0]["tensor"]["dtype"] == "bf16"
 
 
 def test_train_records_forward_backward_and_adamw():
@@ -172,33 +182,38 @@ def test_train_records_forward_backward_and_adamw():
     assert phases == sorted(phases, key=["forward", "backward", "optimizer"].index)
     assert set(phases) == {"forward", "backward", "optimizer"}
     backward = [c for c in program if c["phase"] == "backward"]
-    assert any(c["op"] == "aten::_scaled_dot_product_flash_attention_for_cpu_backward" for c in backward)
+    # Attention's backward is one call too; the CPU's backward kernel is its decomposition.
+    attention = [c for c in backward if c["op"] == SDPA_BACKWARD]
+    assert [c["module"] for c in attention] == ["model.layers.1.self_attn", "model.layers.0.self_attn"]
+    assert attention[0]["decomposition"] == ["aten::_scaled_dot_product_flash_attention_for_cpu_backward"]
+    assert not any("flash" in c["op"] for c in program)
+    # Its gradients reach the projections' backward: the ids connect.
+    used = {a["value"] for c in backward for a in c["args"] if a.get("kind") == "tensor"}
+    assert all(o["value"] in used for o in attention[0]["outputs"][:3])
     assert any(c["module"] == "model.layers.0.self_attn" for c in backward)
     assert any(c["module"] == "model.layers.1.mlp.down_proj" for c in backward)
     optimizer = {c["op"] for c in program if c["phase"] == "optimizer"}
-    # torch.optim.AdamW on CPU tensors: the single-tensor implementation.
-    assert {"aten::lerp_", "aten::addcmul_", "aten::addcdiv_", "aten::sqrt"} <= optimizer
+    # AdamW's step as an accelerator runs it: the foreach implementation.
+    assert {"aten::_foreach_lerp_", "aten::_foreach_addcmul_", "aten::_foreach_addcdiv_", "aten::_foreach_sqrt"} <= optimizer
+    assert not {"aten::lerp_", "aten::addcdiv_"} & optimizer
     assert calls(records, op="aten::nll_loss_forward")
     (labels,) = values(records, kind="input", name="labels")
     assert labels["tensor"]["shape"] == [4, 256]
-    # A Python number passed for a Tensor argument is a 0-dim constant, as libtorch sees it.
-    constants = [v for v in values(records, kind="constant") if "scalar" in v]
-    assert constants and constants[0]["tensor"]["shape"] == []
-    # Its calls replay it as itself: AdamW's decay of each parameter,
-    # param.mul_(1 - lr * weight_decay), and exp_avg_sq.mul_(beta2).
-    ids, params = {v["id"] for v in constants}, {v["id"] for v in values(records, kind="parameter")}
-    muls = [c["args"] for c in calls(records, op="aten::mul_", phase="optimizer") if c["args"][1].get("value") in ids]
-    decay = [other for this, other in muls if this["value"] in params]
-    assert len(decay) == len(params)
-    assert all(a["domain"] == {"kind": "constant", "value": pytest.approx(1 - 1e-3 * 1e-2)} for a in decay)
-    assert {other["domain"]["value"] for this, other in muls if this["value"] not in params} == {0.999}
+    # The step's numbers are recorded as themselves: the decay of every
+    # parameter, param.mul_(1 - lr * weight_decay), and exp_avg_sq.mul_(beta2).
+    params = {v["id"] for v in values(records, kind="parameter")}
+    muls = calls(records, op="aten::_foreach_mul_", phase="optimizer")
+    decay = [c for c in muls if {i["value"] for i in c["args"][0]["items"]} == params]
+    assert len(decay) == 1 and decay[0]["args"][1] == {"name": "scalar", "kind": "double",
+                                                       "d": pytest.approx(1 - 1e-3 * 1e-2)}
+    assert sorted(c["args"][1]["d"] for c in muls) == [0.999, pytest.approx(1 - 1e-3 * 1e-2)]
 
 
 def test_encoder_prefill_and_train():
     records, code = run("bert", "prefill")
     assert code == 0 and records[0]["class"] == "BertForMaskedLM" and records[0]["device"] == "meta"
     check_well_formed(records)
-    assert any(c["module"] == "bert.encoder.layer.0.attention.self" for c in calls(records, op=SDPA_CPU))
+    assert any(c["module"] == "bert.encoder.layer.0.attention.self" for c in calls(records, op=SDPA))
     # Token ids keep the range they were drawn from, [0, vocab) for a vocabulary
     # of 200 (not [0, 128), the values' range coarsened), in calls too.
     (ids,) = values(records, kind="input", name="input_ids")
