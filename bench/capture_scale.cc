@@ -39,7 +39,18 @@ int main(int argc, char** argv) {
   std::vector<std::string> only_profiles;
   std::string db_path;
   int jobs = 2;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
+      std::printf(
+          "usage: bench_capture_scale [--jobs 2] [--limit N] [--max-layers 2] [--max-gb 8] [--batch 10]\n"
+          "                           [--defaults 0|1] [--real 0|1] [--profile NAME]... [--db PATH]\n"
+          "Traces every real config of data/hub/configs.jsonl (bench/README.md, bench_capture_scale).\n");
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "argument '%s' needs a value\n", argv[i]);
+      return 2;
+    }
     if (!std::strcmp(argv[i], "--limit")) limit = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-layers")) max_layers = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-gb")) max_gb = std::atof(argv[i + 1]);

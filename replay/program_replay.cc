@@ -87,8 +87,6 @@ bool IsOptionalTensorListArg(const c10::Argument& a) {
   return list && list->getElementType()->cast<c10::OptionalType>() != nullptr;
 }
 
-// A call's returns in the tracer's order (pytree leaves: None and undefined
-// tensors have none).
 // A call's returns flattened as the tracer flattens them (its outputs'
 // value ids): an undefined tensor or None, inside a tuple or list, holds a
 // place (value id -1), and so does the nothing an op returning () returns.

@@ -165,8 +165,26 @@ std::string PythonRepro(const OpCase& c, uint64_t seed, const std::string& devic
      << "    return v\n\n"
      << "args = {\n";
   for (const Argument& a : c.args) py << "    " << PyString(a.name) << ": " << Value(a) << ",\n";
-  py << "}\n"
-     << "op = torch.ops." << ns << "." << op << "." << (c.overload.empty() ? "default" : c.overload) << "\n"
+  py << "}\n";
+  if (c.op == "coverage::scaled_dot_product_attention_backward") {
+    // An op of this project (replay/composites.cc), not of PyTorch: the same
+    // computation in Python.
+    py << "def op(grad_out, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, output_mask):\n"
+       << "    # coverage::scaled_dot_product_attention_backward: the gradients of\n"
+       << "    # scaled_dot_product_attention, its forward recomputed under autograd.\n"
+       << "    inputs = [None if t is None else t.clone().requires_grad_(bool(m) and t.is_floating_point())\n"
+       << "              for t, m in zip((query, key, value, attn_mask), output_mask)]\n"
+       << "    with torch.enable_grad():\n"
+       << "        out = torch.nn.functional.scaled_dot_product_attention(\n"
+       << "            inputs[0], inputs[1], inputs[2], attn_mask=inputs[3], dropout_p=dropout_p, is_causal=is_causal,\n"
+       << "            scale=scale, enable_gqa=enable_gqa)\n"
+       << "        wanted = [t for t in inputs if t is not None and t.requires_grad]\n"
+       << "        grads = iter(torch.autograd.grad(out, wanted, grad_out) if wanted else ())\n"
+       << "    return tuple(next(grads) if t is not None and t.requires_grad else None for t in inputs)\n";
+  } else {
+    py << "op = torch.ops." << ns << "." << op << "." << (c.overload.empty() ? "default" : c.overload) << "\n";
+  }
+  py
      << "cpu_args = {k: on(v, 'cpu') for k, v in args.items()}\n"
      << "dev_args = {k: on(v, DEVICE) for k, v in args.items()}\n"
      << "ref = op(**cpu_args)\n"

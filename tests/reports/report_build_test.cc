@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <sstream>
 #include <tuple>
 #include <memory>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -16,6 +20,7 @@
 #include "registry/registry.h"
 #include "reports/escape.h"
 #include "reports/report.h"
+#include "reports/repro.h"
 #include "tests/support/case_builder.h"
 #include "tests/support/temp_dir.h"
 
@@ -26,6 +31,11 @@ using registry::ModelResultRecord;
 using registry::Registry;
 using registry::ResultRecord;
 using testing::AddCase;
+using testing::BoolArg;
+using testing::DoubleArg;
+using testing::MakeCase;
+using testing::NoneArg;
+using testing::TensorArg;
 using testing::MmCase;
 using testing::TempDir;
 
@@ -806,6 +816,36 @@ TEST(Expectations, DtypeKeyAndStageNarrowAMatch) {
   EXPECT_EQ(e->MatchModelItem("module", "org/a", "attention"), &e->entries[2]);
   EXPECT_EQ(e->MatchModelItem("model", "org/a", "attention"), nullptr);
   EXPECT_EQ(e->MatchModelItem("module", "org/a", "mlp"), nullptr);  // unit entries never match items
+}
+
+// The repro of a case of coverage::scaled_dot_product_attention_backward,
+// an op of this project (replay/composites.cc) that PyTorch does not have,
+// runs with PyTorch alone.
+TEST(Repro, AnOpOfThisProjectRunsInThePythonRepro) {
+  const std::string python = std::string(COVERAGE_SOURCE_DIR) + "/.venv/bin/python";
+  if (!std::filesystem::exists(python)) GTEST_SKIP() << "no project venv at " << python << " (scripts/setup.sh)";
+  OpCase c = MakeCase("coverage::scaled_dot_product_attention_backward", "",
+                      {TensorArg("grad_out", DType::kFloat32, {1, 4, 6, 8}), TensorArg("query", DType::kFloat32, {1, 4, 6, 8}),
+                       TensorArg("key", DType::kFloat32, {1, 2, 6, 8}), TensorArg("value", DType::kFloat32, {1, 2, 6, 8}),
+                       NoneArg("attn_mask"), DoubleArg("dropout_p", 0.0), BoolArg("is_causal", true), NoneArg("scale"),
+                       BoolArg("enable_gqa", true)});
+  Argument mask;
+  mask.name = "output_mask";
+  mask.kind = Argument::Kind::kBoolList;
+  mask.bools = {true, true, true, false};
+  c.args.push_back(mask);
+  TempDir dir;
+  const std::string script = dir.File("repro.py");
+  std::ofstream(script) << PythonRepro(c, 0, "cpu");
+  const std::string out = dir.File("out.txt");
+  const std::string command = "'" + python + "' '" + script + "' > '" + out + "' 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << std::ifstream(out).rdbuf();
+  std::stringstream printed;
+  printed << std::ifstream(out).rdbuf();
+  // The gradients of query, key and value; none for the mask.
+  EXPECT_NE(printed.str().find("output 0: shape (1, 4, 6, 8)"), std::string::npos) << printed.str();
+  EXPECT_NE(printed.str().find("output 2: shape (1, 2, 6, 8)"), std::string::npos) << printed.str();
+  EXPECT_EQ(printed.str().find("output 3"), std::string::npos) << printed.str();
 }
 
 }  // namespace
