@@ -13,6 +13,7 @@
 
 #include "capture/trace_reader.h"
 #include "tests/support/fake_backend.h"
+#include "tests/support/integer_histc_backend.h"
 #include "tests/support/programs.h"
 
 namespace coverage {
@@ -267,6 +268,39 @@ TEST(ProgramReplay, AnIndexWithNoRecordedRangeStaysInsideWhatItIndexes) {
   FakeBackend backend;
   const auto item = replay::ReplayProgram(p, backend, ProgramReplayOptions{});
   EXPECT_EQ(item.outcome, Outcome::kPass) << item.error;
+}
+
+// Note [Reference upcast] in program replay: a program traced on meta takes
+// transformers' accelerator branch of the MoE experts and counts tokens with
+// histc on int32 ids, which the CPU reference has no kernel for. The
+// reference counts in float64, so a backend with the integer kernel is
+// judged and the module is reached.
+TEST(ProgramReplay, AnInt32HistcHasAReferenceSoTheModelIsJudged) {
+  const std::string ids = R"({"dtype":"i32","shape":[256],"strides":[1],"storage_offset":0})";
+  const std::string counts = R"({"dtype":"i32","shape":[8],"strides":[1],"storage_offset":0})";
+  const Program p = ProgramFromLines({
+      kStart,
+      R"({"type":"value","id":0,"kind":"input","name":"expert_ids","tensor":)" + ids +
+          R"(,"domain":{"kind":"integer","lo":0,"hi":8}})",
+      R"({"type":"call","index":0,"op":"aten::histc","overload":"","args":[{"name":"self","kind":"tensor","value":0,"tensor":)" +
+          ids + R"(,"domain":{"kind":"integer","lo":0,"hi":8}},{"name":"bins","kind":"int","i":8},)"
+          R"({"name":"min","kind":"int","i":0},{"name":"max","kind":"int","i":7}],)"
+          R"("outputs":[{"value":1,"tensor":)" + counts + R"(}],"module":"model.layers.0.mlp.experts","phase":"forward"})",
+      R"({"type":"end","calls":1,"values":2,"seconds":0,"peak_rss_mb":0})"});
+  ASSERT_EQ(p.calls.size(), 1u);
+  testing::IntegerHistcBackend good;
+  auto item = replay::ReplayProgram(p, good, ProgramReplayOptions{});
+  EXPECT_EQ(item.outcome, Outcome::kPass) << item.error;
+  EXPECT_EQ(item.detail["replay"]["reference_upcasts"], 1) << item.detail.dump();
+  testing::IntegerHistcBackend wrong;
+  wrong.off_by = 1;
+  item = replay::ReplayProgram(p, wrong, ProgramReplayOptions{});
+  EXPECT_EQ(item.outcome, Outcome::kMismatch) << item.error;
+  // The CPU as a backend has no such kernel: unsupported on the call, named.
+  FakeBackend cpu;
+  item = replay::ReplayProgram(p, cpu, ProgramReplayOptions{});
+  EXPECT_EQ(item.outcome, Outcome::kUnsupported) << item.error;
+  EXPECT_NE(item.error.find("model.layers.0.mlp.experts"), std::string::npos) << item.error;
 }
 
 TEST(ProgramReplay, ACallThatCannotBeReplayedSkipsTheProgramWithTheReason) {

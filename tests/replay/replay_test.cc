@@ -12,6 +12,7 @@
 #include "replay/reference_upcast.h"
 #include "replay/replay.h"
 #include "tests/support/case_builder.h"
+#include "tests/support/integer_histc_backend.h"
 #include "tests/support/fake_backend.h"
 
 namespace coverage::replay {
@@ -769,34 +770,6 @@ TEST(BackendRegistry, UnknownBackendListsTheKnownOnes) {
 // accelerators do have and transformers' MoE path calls. The reference runs
 // it in float64 and casts the counts back, so a backend with the integer
 // kernel is judged; the CPU as a backend is `unsupported` on the call.
-class IntegerHistcBackend final : public Backend {
- public:
-  int64_t off_by = 0;  // added to the first bin: a wrong count
-  std::string name() const override { return "int-histc"; }
-  c10::Device device() const override { return c10::Device(c10::kCPU); }
-  void Execute(const c10::OperatorHandle& op, torch::jit::Stack* stack) override {
-    if (op.operator_name().name != "aten::histc" || (*stack)[0].toTensor().scalar_type() != at::kInt) {
-      op.callBoxed(stack);
-      return;
-    }
-    // An independent integer kernel: counts of each bin over [min, max].
-    const at::Tensor in = (*stack)[0].toTensor().contiguous();
-    const int64_t bins = (*stack)[1].toInt();
-    const double lo = (*stack)[2].toScalar().toDouble(), hi = (*stack)[3].toScalar().toDouble();
-    at::Tensor out = at::zeros({bins}, at::kInt);
-    const int32_t* x = in.data_ptr<int32_t>();
-    int32_t* o = out.data_ptr<int32_t>();
-    for (int64_t i = 0; i < in.numel(); ++i) {
-      if (x[i] < lo || x[i] > hi) continue;
-      int64_t b = static_cast<int64_t>((x[i] - lo) * bins / (hi - lo));
-      o[std::min(b, bins - 1)] += 1;
-    }
-    o[0] += static_cast<int32_t>(off_by);
-    stack->clear();
-    stack->emplace_back(out);
-  }
-};
-
 OpCase IntHistcCase() {
   ValueDomain ids;
   ids.kind = ValueDomain::Kind::kInteger;
@@ -812,13 +785,13 @@ TEST(Replay, AnIntegerCallTheCpuLacksIsJudgedAgainstAnUpcastReference) {
   EXPECT_FALSE(IsMissingIntegerKernel("\"histogram_cpu\" not implemented for 'Half'"));
   EXPECT_FALSE(IsMissingIntegerKernel("shape mismatch"));
 
-  auto good = std::make_shared<IntegerHistcBackend>();
+  auto good = std::make_shared<testing::IntegerHistcBackend>();
   CaseResult r = RunOn(good, IntHistcCase());
   EXPECT_EQ(r.outcome, Outcome::kPass) << r.error;
   ASSERT_TRUE(r.max_abs_err.has_value());
   EXPECT_EQ(*r.max_abs_err, 0.0);
 
-  auto wrong = std::make_shared<IntegerHistcBackend>();
+  auto wrong = std::make_shared<testing::IntegerHistcBackend>();
   wrong->off_by = 1;
   EXPECT_EQ(RunOn(wrong, IntHistcCase()).outcome, Outcome::kMismatch);
 

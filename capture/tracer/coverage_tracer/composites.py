@@ -39,6 +39,8 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
+from .metafunctions import sdpa_args
+
 _aten = torch.ops.aten
 
 SDPA_BACKWARD_SCHEMA = ("scaled_dot_product_attention_backward(Tensor grad_out, Tensor query, Tensor key, "
@@ -56,12 +58,6 @@ def _sdpa_backward_op():
         _library = torch.library.Library("coverage", "DEF")
         _library.define(SDPA_BACKWARD_SCHEMA)
     return torch.ops.coverage.scaled_dot_product_attention_backward.default
-
-
-def _sdpa_arguments(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                    enable_gqa=False):
-    return query, key, value, attn_mask, {"dropout_p": dropout_p, "is_causal": is_causal, "scale": scale,
-                                          "enable_gqa": enable_gqa}
 
 
 class _AttentionWithBackward(torch.autograd.Function):
@@ -117,7 +113,8 @@ class WholeComposites(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is not F.scaled_dot_product_attention or not self._recorder.recording:
             return func(*args, **kwargs)
-        q, k, v, mask, flags = _sdpa_arguments(*args, **kwargs)
+        q, k, v, mask, dropout_p, is_causal, scale, gqa = sdpa_args(*args, **kwargs)
+        flags = {"dropout_p": dropout_p, "is_causal": is_causal, "scale": scale, "enable_gqa": gqa}
         inputs = [t for t in (q, k, v, mask) if t is not None]
         if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
             return _AttentionWithBackward.apply(self._recorder, flags, q, k, v, mask)

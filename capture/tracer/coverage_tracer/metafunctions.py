@@ -33,7 +33,8 @@ _SDP_FLASH = 1  # sdp::SDPBackend::flash_attention
 _DATA_CONSTRUCTORS = (torch.tensor, torch.as_tensor, torch.asarray, torch.Tensor.new_tensor)
 
 
-def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """scaled_dot_product_attention's arguments, positional or not, in order."""
     return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
 
 
@@ -46,7 +47,7 @@ class MetaFunctions(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
-            q, k, v, mask, dropout_p, is_causal, scale, gqa = _sdpa_args(*args, **kwargs)
+            q, k, v, mask, dropout_p, is_causal, scale, gqa = sdpa_args(*args, **kwargs)
             if q.is_meta and self._cpu_choice(q, k, v, mask, dropout_p, is_causal, scale, gqa) == _SDP_FLASH:
                 return self._flash(q, k, v, mask, dropout_p, is_causal, scale)
         elif func in _DATA_CONSTRUCTORS:
