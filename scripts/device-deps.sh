@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 mkdir -p .devdeps
 cd .devdeps
 apt-get download -qq \
-  nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 libspdlog-dev libspdlog1.10 \
+  nlohmann-json3-dev libcli11-dev libfmt-dev libfmt9 \
   libtbb-dev libtbb12 libtbbmalloc2 libsqlite3-dev libsqlite3-0 libcurl4-openssl-dev libcurl4
 ls -1 *.deb | wc -l | xargs echo "device-deps: packages in .devdeps/:"
 du -sh . | cut -f1 | xargs echo "device-deps: size"

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git sqlite3 python3
   libcurl4-openssl-dev nlohmann-json3-dev libsqlite3-dev
-  libgtest-dev libgmock-dev libtbb-dev libcli11-dev libfmt-dev libspdlog-dev
+  libgtest-dev libgmock-dev libtbb-dev libcli11-dev libfmt-dev
   libbenchmark-dev libcpp-httplib-dev
   chromium
   clang libclang-rt-dev  # the fuzz targets (fuzz/): clang with libFuzzer and the sanitizer runtimes
