@@ -131,14 +131,6 @@ c10::IValue NumberListFor(const c10::IValue& list);
 // `seed`: program replay's leaves (inputs, constants).
 at::Tensor MakeTensor(const TensorSpec& spec, std::string_view name, uint64_t seed);
 
-// For each tensor argument of `op_case` in flattening order (a tensor, then
-// each item of a tensor list: the order of ProgramCall::inputs), the size of
-// the dimension it indexes under the index rules of Note [Value domains]
-// (embedding's indices, gather's index, index's indices, nll_loss's target,
-// ...), or 0 where it indexes none. Program replay gives an integer leaf
-// with no recorded range the range of its uses as an index.
-std::vector<int64_t> IndexedSizes(const OpCase& op_case);
-
 // One floating tensor with `spec`'s dtype, shape, strides and offset drawn
 // from a normal (mean a, standard deviation b) or uniform ([a, b))
 // distribution as a model's initialiser would, deterministic in `stream`:

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
+#include "core/index_rules.h"
 #include "replay/compare.h"
 #include "replay/composites.h"
 #include "backends/dtype_map.h"

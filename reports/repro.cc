@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "core/index_rules.h"
+
 namespace coverage::reports {
 namespace {
 
@@ -113,11 +115,14 @@ std::string Value(const Argument& a) {
 
 }  // namespace
 
-std::string PythonRepro(const OpCase& c, uint64_t seed, const std::string& device) {
+std::string PythonRepro(const OpCase& recorded, uint64_t seed, const std::string& device) {
+  // An index takes the whole dimension it indexes, as in replay.
+  OpCase c = recorded;
+  IndexRules(c);
   std::ostringstream py;
   const std::string op = c.op.substr(c.op.find("::") == std::string::npos ? 0 : c.op.find("::") + 2);
   const std::string ns = c.op.find("::") == std::string::npos ? "aten" : c.op.substr(0, c.op.find("::"));
-  py << "# " << c.Summary() << "\n"
+  py << "# " << recorded.Summary() << "\n"
      << "import torch\n\n"
      << "DEVICE = " << PyString(device) << "\n"
      << "torch.manual_seed(" << seed << ")\n\n"

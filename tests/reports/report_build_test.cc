@@ -818,6 +818,23 @@ TEST(Expectations, DtypeKeyAndStageNarrowAMatch) {
   EXPECT_EQ(e->MatchModelItem("module", "org/a", "mlp"), nullptr);  // unit entries never match items
 }
 
+// The repro script draws what replay draws: GPT-2's token ids, recorded in
+// [1, 32768), index a table of 50,257 rows and take the whole of it.
+TEST(Repro, AnIndexTakesTheWholeDimensionItIndexesAsInReplay) {
+  ValueDomain ids;
+  ids.kind = ValueDomain::Kind::kInteger;
+  ids.lo = 1;
+  ids.hi = 32768;
+  const OpCase c = MakeCase("aten::embedding", "",
+                            {TensorArg("weight", DType::kFloat32, {50257, 8}),
+                             TensorArg("indices", testing::Spec(DType::kInt64, {1, 4}, ids)),
+                             testing::IntArg("padding_idx", -1), BoolArg("scale_grad_by_freq", false),
+                             BoolArg("sparse", false)});
+  const std::string script = PythonRepro(c, 0, "cpu");
+  EXPECT_NE(script.find("Input([1, 4], [4, 1], 0, torch.int64, 'integer', 0, 50257)"), std::string::npos) << script;
+  EXPECT_EQ(script.find("'integer', 1, 32768"), std::string::npos) << script;
+}
+
 // The repro of a case of coverage::scaled_dot_product_attention_backward,
 // an op of this project (replay/composites.cc) that PyTorch does not have,
 // runs with PyTorch alone.

@@ -367,7 +367,10 @@ class ProgramRecorder(TorchDispatchMode):
             record["unsupported"] = unsupported
         else:
             record["args"] = described
-        record.update(outputs=outputs, module=module, phase=self.phase, decomposition=[n for n in dict.fromkeys(inside) if n != "aten::detach"])
+        # Each op once, in order of first use; detach is bookkeeping (autograd
+        # wrappers detach), never a kernel a device computes.
+        decomposition = [n for n in dict.fromkeys(inside) if n != "aten::detach"]
+        record.update(outputs=outputs, module=module, phase=self.phase, decomposition=decomposition)
         self._emit(record)
         self.calls += 1
         if self._autograd is not None and self.phase == "forward":
