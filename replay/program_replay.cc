@@ -112,8 +112,9 @@ void FlattenReturns(const torch::jit::Stack& stack, std::vector<c10::IValue>* ou
 
 struct Op {
   c10::OperatorHandle handle;
-  std::vector<bool> mutated;  // per schema argument
-  bool random = false;        // Note [Random calls]
+  std::vector<bool> mutated;      // per schema argument
+  std::vector<bool> scalar_list;  // per schema argument: a Scalar[] (NumberListFor)
+  bool random = false;            // Note [Random calls]
 };
 
 // Note [Random calls]
@@ -207,16 +208,16 @@ class Replayer {
       // An integer leaf with no recorded range (a tensor the model built
       // itself, traced on meta) that indexes a dimension: its values stay
       // inside every dimension it indexes (Note [Value domains]).
-      if (c.op_case) {
-        const std::vector<int64_t> sizes = IndexedSizes(*c.op_case);
-        for (size_t k = 0; k < sizes.size() && k < c.inputs.size(); ++k) {
-          auto leaf = leaves_.find(c.inputs[k]);
-          if (sizes[k] <= 0 || leaf == leaves_.end() || !leaf->second->tensor) continue;
-          const TensorSpec& spec = *leaf->second->tensor;
-          if (!IsIntegralDType(spec.dtype) || spec.domain.kind == ValueDomain::Kind::kInteger) continue;
-          auto [it, fresh] = index_limits_.try_emplace(c.inputs[k], sizes[k]);
-          if (!fresh) it->second = std::min(it->second, sizes[k]);
-        }
+      std::vector<int64_t> sizes;  // IndexedSizes(*c.op_case), once a rangeless integer leaf is read
+      for (size_t k = 0; c.op_case && k < c.inputs.size(); ++k) {
+        auto leaf = leaves_.find(c.inputs[k]);
+        if (leaf == leaves_.end() || !leaf->second->tensor) continue;
+        const TensorSpec& spec = *leaf->second->tensor;
+        if (!IsIntegralDType(spec.dtype) || spec.domain.kind == ValueDomain::Kind::kInteger) continue;
+        if (sizes.empty()) sizes = IndexedSizes(*c.op_case);
+        if (k >= sizes.size() || sizes[k] <= 0) continue;
+        auto [it, fresh] = index_limits_.try_emplace(c.inputs[k], sizes[k]);
+        if (!fresh) it->second = std::min(it->second, sizes[k]);
       }
       if (c.phase == "backward") {
         // Autograd seeds the backward pass with ones_like(loss): the first
@@ -241,7 +242,7 @@ class Replayer {
       if (!handle) {
         return {Outcome::kSkipped, fmt::format("call {}: no operator {} in this libtorch", c.index, Qualified(c)), c.index};
       }
-      Op op{*handle, {}, handle->hasTag(at::Tag::nondeterministic_seeded)};
+      Op op{*handle, {}, {}, handle->hasTag(at::Tag::nondeterministic_seeded)};
       const auto& args = handle->schema().arguments();
       if (args.size() != c.op_case->args.size()) {
         return {Outcome::kSkipped,
@@ -249,7 +250,10 @@ class Replayer {
                             args.size()),
                 c.index};
       }
-      for (const auto& a : args) op.mutated.push_back(a.alias_info() != nullptr && a.alias_info()->isWrite());
+      for (const auto& a : args) {
+        op.mutated.push_back(a.alias_info() != nullptr && a.alias_info()->isWrite());
+        op.scalar_list.push_back(IsScalarList(a));
+      }
       ops_.push_back(std::move(op));
     }
     return {};
@@ -519,7 +523,7 @@ class Replayer {
         }
         default: {
           c10::IValue v = NonTensorIValue(a, device);
-          stack.push_back(IsScalarList(schema_args[i]) ? NumberListFor(v) : v);
+          stack.push_back(op.scalar_list[i] ? NumberListFor(v) : v);
           break;
         }
       }
@@ -680,10 +684,16 @@ class Replayer {
                     {"phase", call.phase},         {"output", k},
                     {"outcome", std::string(OutcomeName(Outcome::kMismatch))},
                     {"message", "a random call: " + problem}};
-      return {Outcome::kMismatch, fmt::format("call {} ({}) output {}: a random call: {}", call.index, Qualified(call), k, problem),
-              call.index};
+      return DrawMismatch(call, k, problem);
     }
     return {};
+  }
+
+  static Failure DrawMismatch(const ProgramCall& call, size_t output, const std::string& problem) {
+    return {Outcome::kMismatch,
+            fmt::format("call {} ({}, module '{}') output {}: a random call: {}", call.index, Qualified(call),
+                        call.module, output, problem),
+            call.index};
   }
 
   bool ReadLater(int64_t id, int64_t index) const {
@@ -808,12 +818,7 @@ class Replayer {
         if (op.random) {
           // Note [Random calls]: judged as a draw, then given the reference's values.
           const std::string problem = RandomOutputProblem(b.to(c10::kCPU), r);
-          if (!problem.empty()) {
-            return {Outcome::kMismatch,
-                    fmt::format("call {} ({}, module '{}') output {}: a random call: {}", call.index, Qualified(call),
-                                call.module, k, problem),
-                    call.index};
-          }
+          if (!problem.empty()) return DrawMismatch(call, k, problem);
           b.copy_(r);
         }
         if (id < 0) continue;

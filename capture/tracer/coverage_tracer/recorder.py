@@ -361,20 +361,10 @@ class ProgramRecorder(TorchDispatchMode):
             inside, self._inside = self._inside, None
         with _disable_current_modes():
             outputs, tensors = self._describe_outputs(out)
-        name, overload = op_names(op)
-        record = {"type": "call", "index": self.calls, "op": name, "overload": overload}
-        if unsupported is not None:
-            record["unsupported"] = unsupported
-        else:
-            record["args"] = described
         # Each op once, in order of first use; detach is bookkeeping (autograd
         # wrappers detach), never a kernel a device computes.
         decomposition = [n for n in dict.fromkeys(inside) if n != "aten::detach"]
-        record.update(outputs=outputs, module=module, phase=self.phase, decomposition=decomposition)
-        self._emit(record)
-        self.calls += 1
-        if self._autograd is not None and self.phase == "forward":
-            self._autograd.add(tensors, module)
+        self._emit_call(op, described, unsupported, outputs, tensors, module, decomposition=decomposition)
         return out
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -391,16 +381,21 @@ class ProgramRecorder(TorchDispatchMode):
         described, unsupported = self._describe_args(func, args, kwargs)
         out = self._run_call(func, args, kwargs)
         outputs, tensors = self._describe_outputs(out)
+        self._track_unwritten(op_names(func)[0], args, kwargs, tensors)
+        self._emit_call(func, described, unsupported, outputs, tensors, module)
+        return out
+
+    def _emit_call(self, func, described, unsupported, outputs, tensors, module, **extra) -> None:
+        """Emits one call record (index, op, args or why not, outputs, module,
+        phase, then `extra`) and hands its outputs to the autograd tags."""
         op, overload = op_names(func)
-        self._track_unwritten(op, args, kwargs, tensors)
         record = {"type": "call", "index": self.calls, "op": op, "overload": overload}
         if unsupported is not None:
             record["unsupported"] = unsupported
         else:
             record["args"] = described
-        record.update(outputs=outputs, module=module, phase=self.phase)
+        record.update(outputs=outputs, module=module, phase=self.phase, **extra)
         self._emit(record)
         self.calls += 1
         if self._autograd is not None and self.phase == "forward":
             self._autograd.add(tensors, module)
-        return out
