@@ -1,5 +1,7 @@
 #include "replay/compare_options.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 #include "core/json_capped.h"
 
@@ -45,7 +47,51 @@ Status ParseDTypeTable(const json& j, const std::string& where, std::map<DType, 
   return Status::Ok();
 }
 
+// "values_not_compared": "all" | {"outputs": [1]} | {"when": "train"}.
+Status ParseValuesNotCompared(const json& j, const std::string& where, ValuesNotCompared* out) {
+  if (j.is_string() && j.get<std::string>() == "all") {
+    out->all = true;
+    return Status::Ok();
+  }
+  if (!j.is_object() || j.empty()) {
+    return Status::InvalidArgument(where + R"(: expected "all", {"outputs": [index, ...]} or {"when": "<bool argument>"})");
+  }
+  for (const auto& [field, v] : j.items()) {
+    if (field == "outputs") {
+      if (!v.is_array() || v.empty()) return Status::InvalidArgument(where + ".outputs: expected a list of output indices");
+      for (const auto& i : v) {
+        if (!i.is_number_unsigned()) return Status::InvalidArgument(where + ".outputs: expected non-negative integers");
+        out->outputs.push_back(i.get<size_t>());
+      }
+    } else if (field == "when") {
+      if (!v.is_string() || v.get<std::string>().empty()) {
+        return Status::InvalidArgument(where + ".when: expected the name of a bool argument");
+      }
+      out->when = v.get<std::string>();
+    } else {
+      return Status::InvalidArgument(where + ": unknown field '" + field + "' (expected outputs, when)");
+    }
+  }
+  out->all = out->outputs.empty();
+  return Status::Ok();
+}
+
 }  // namespace
+
+bool ComparisonOptions::ValuesCompared(const OpCase& op_case, size_t output) const {
+  const OpToleranceOverride* o = FindOverride(*this, op_case.op, op_case.overload);
+  if (o == nullptr || !o->values_not_compared) return true;
+  const ValuesNotCompared& rule = *o->values_not_compared;
+  if (!rule.when.empty()) {
+    bool set = false;
+    for (const auto& a : op_case.args) {
+      if (a.name == rule.when && a.kind == Argument::Kind::kBool) set = a.b;
+    }
+    if (!set) return true;
+  }
+  if (rule.all) return false;
+  return std::find(rule.outputs.begin(), rule.outputs.end(), output) == rule.outputs.end();
+}
 
 Tolerance ComparisonOptions::For(std::string_view op, std::string_view overload, DType dtype) const {
   if (const auto* o = FindOverride(*this, op, overload)) {
@@ -99,15 +145,25 @@ Result<ComparisonOptions> ComparisonOptions::FromJson(std::string_view text, std
         OpToleranceOverride ov;
         ov.tolerances = o.tolerances;  // partial overrides start from the defaults
         ov.multipliers = o.multipliers;
+        // Either a table keyed by dtype, or {"dtypes": ..., "values_not_compared": ..., "reason": ...}.
         json dtypes = table;
-        if (table.is_object() && table.contains("dtypes")) {
+        if (table.is_object() &&
+            (table.contains("dtypes") || table.contains("values_not_compared") || table.contains("reason"))) {
+          dtypes = json::object();
           for (const auto& [field, v] : table.items()) {
-            if (field == "dtypes" || field == "comment") continue;
+            if (field == "comment") continue;
             if (field == "reason" && v.is_string()) continue;
-            return Status::InvalidArgument(src + ": ops." + op + ": unknown field '" + field +
-                                           "' (expected dtypes, reason, comment)");
+            if (field == "dtypes") {
+              dtypes = v;
+            } else if (field == "values_not_compared") {
+              ValuesNotCompared rule;
+              COV_RETURN_IF_ERROR(ParseValuesNotCompared(v, src + ": ops." + op + ".values_not_compared", &rule));
+              ov.values_not_compared = std::move(rule);
+            } else {
+              return Status::InvalidArgument(src + ": ops." + op + ": unknown field '" + field +
+                                             "' (expected dtypes, values_not_compared, reason, comment)");
+            }
           }
-          dtypes = table["dtypes"];
         }
         COV_RETURN_IF_ERROR(ParseDTypeTable(dtypes, src + ": ops." + op, &ov.tolerances, &ov.multipliers));
         o.per_op[op] = std::move(ov);

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/op_case.h"
 #include "core/result.h"
@@ -17,9 +19,20 @@ struct Tolerance {
   double atol = 0;
 };
 
+// Outputs whose values say nothing about a backend (uninitialised memory,
+// random draws): only their shape and dtype are compared.
+struct ValuesNotCompared {
+  bool all = false;             // every output of every call
+  std::vector<size_t> outputs;  // these outputs (flattened index)
+  std::string when;             // only when this bool argument is true ("train")
+};
+
+// One op's rules (configs/tolerances.json "ops"): its tolerances and which
+// of its outputs are compared by value.
 struct OpToleranceOverride {
   std::map<DType, Tolerance> tolerances;  // replaces the default for these dtypes
   std::map<DType, double> multipliers;    // replaces the default for these dtypes
+  std::optional<ValuesNotCompared> values_not_compared;
 };
 
 struct ComparisonOptions {
@@ -38,6 +51,11 @@ struct ComparisonOptions {
   // (0, 0) for dtypes without an entry (integers, bool).
   Tolerance For(std::string_view op, std::string_view overload, DType dtype) const;
   double MultiplierFor(std::string_view op, std::string_view overload, DType dtype) const;
+  // False when output `output` (an index into the call's flattened outputs)
+  // of `op_case` holds uninitialised or random values by the op's rules
+  // (aten::empty, rand, normal_, dropout in training, _ctc_loss's
+  // log_alpha, ...): only its shape and dtype are compared.
+  bool ValuesCompared(const OpCase& op_case, size_t output) const;
 
   // Parses the JSON of configs/tolerances.json (see configs/README.md),
   // starting from the defaults above. Errors name the offending key.

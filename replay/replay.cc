@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string_view>
 
@@ -13,11 +14,11 @@
 
 #include "backends/backend.h"
 #include "backends/backends.h"
+#include "replay/call_engine.h"
 #include "replay/compare.h"
 #include "replay/composites.h"
 #include "backends/dtype_map.h"
 #include "replay/materialize.h"
-#include "replay/reference_upcast.h"
 
 namespace coverage::replay {
 using backends::LibtorchVersion;
@@ -31,70 +32,6 @@ double Micros(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::micro>(b - a).count();
 }
 
-// An undefined tensor (a gradient output_mask did not ask for) is None.
-void Flatten(const c10::IValue& v, std::vector<c10::IValue>* out) {
-  if (v.isTensor() && !v.toTensor().defined()) {
-    out->emplace_back();
-  } else if (v.isTensor() || v.isInt() || v.isDouble() || v.isBool() || v.isComplexDouble()) {
-    out->push_back(v);
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorVector()) out->push_back(t.defined() ? c10::IValue(t) : c10::IValue());
-  } else if (v.isTuple()) {
-    for (const auto& e : v.toTupleRef().elements()) Flatten(e, out);
-  } else if (v.isList()) {
-    for (const auto& e : v.toListRef()) Flatten(e, out);
-  } else if (v.isIntList()) {
-    for (int64_t i : v.toIntVector()) out->emplace_back(i);
-  } else if (v.isNone()) {
-    out->emplace_back();
-  }
-}
-
-// The values an op produced: its returns, or, for ops that return nothing,
-// the arguments it wrote to.
-std::vector<c10::IValue> Outputs(const torch::jit::Stack& after, const std::vector<c10::IValue>& inputs,
-                                 const std::vector<bool>& mutated) {
-  std::vector<c10::IValue> out;
-  for (const auto& v : after) Flatten(v, &out);
-  if (out.empty()) {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (mutated[i]) Flatten(inputs[i], &out);
-    }
-  }
-  return out;
-}
-
-// For each return of a schema whose returns are all single tensors: the
-// argument it is a read-only view of (`t(Tensor(a) self) -> Tensor(a)`),
-// if any. Empty when a return is a list (outputs are flattened).
-std::vector<std::optional<size_t>> ViewedArguments(const c10::FunctionSchema& schema) {
-  std::vector<std::optional<size_t>> out;
-  for (const c10::Argument& ret : schema.returns()) {
-    if (ret.type()->kind() != c10::TypeKind::TensorType) return {};
-    std::optional<size_t> arg;
-    const c10::AliasInfo* alias = ret.alias_info();
-    if (alias != nullptr && !alias->isWrite()) {
-      for (size_t j = 0; j < schema.arguments().size(); ++j) {
-        const c10::AliasInfo* a = schema.arguments()[j].alias_info();
-        if (a != nullptr && !a->isWrite() && a->beforeSets() == alias->beforeSets()) arg = j;
-      }
-    }
-    out.push_back(arg);
-  }
-  return out;
-}
-
-int Severity(Outcome o) {
-  switch (o) {
-    case Outcome::kPass: return 0;
-    case Outcome::kMismatch: return 1;
-    case Outcome::kNonFiniteMismatch: return 2;
-    case Outcome::kDtypeMismatch: return 3;
-    case Outcome::kShapeMismatch: return 4;
-    default: return 5;
-  }
-}
-
 bool HasFloatingTensor(const OpCase& c) {
   bool found = false;
   c.ForEachTensor([&](const TensorSpec& t) { found = found || (IsFloatingDType(t.dtype) && t.dtype != DType::kFloat64); });
@@ -102,43 +39,6 @@ bool HasFloatingTensor(const OpCase& c) {
 }
 
 }  // namespace
-
-bool ValuesMeaningful(const OpCase& c, size_t output) {
-  static constexpr std::string_view kNeverMeaningful[] = {
-      "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
-      "aten::empty_permuted",  // found by `coverage import opinfo`: 12 of its samples "failed" on cpu
-      "aten::rand", "aten::rand_like", "aten::randn", "aten::randn_like", "aten::randint", "aten::randint_like",
-      "aten::randperm", "aten::bernoulli", "aten::bernoulli_", "aten::multinomial", "aten::normal",
-      "aten::normal_", "aten::uniform_", "aten::exponential_", "aten::random_", "aten::_fused_dropout",
-      "aten::resize_", "aten::set_",
-      // found by `coverage import opinfo`: geometric_ "failed" on sim (its generator is not the CPU's)
-      "aten::geometric_", "aten::cauchy_", "aten::log_normal_", "aten::poisson", "aten::binomial",
-      "aten::_standard_gamma", "aten::_sample_dirichlet"};
-  for (auto op : kNeverMeaningful) {
-    if (c.op == op) return false;
-  }
-  // Random only in training mode.
-  auto training = [&](std::string_view name) {
-    for (const auto& a : c.args) {
-      if (a.name == name && a.kind == Argument::Kind::kBool) return a.b;
-    }
-    return false;
-  };
-  if (c.op == "aten::dropout" || c.op == "aten::native_dropout" || c.op == "aten::feature_dropout" ||
-      c.op == "aten::alpha_dropout" || c.op == "aten::dropout_") {
-    return !training("train");
-  }
-  // found by `coverage import opinfo`: the slopes of rrelu's negative part are drawn at random
-  if (c.op == "aten::rrelu" || c.op == "aten::rrelu_" || c.op == "aten::rrelu_with_noise" ||
-      c.op == "aten::rrelu_with_noise_" || c.op == "aten::rrelu_with_noise_functional") {
-    return !training("training");
-  }
-  // found by `coverage import opinfo`: _ctc_loss's second output, log_alpha,
-  // is written only up to each input's length and target's length; the rest is
-  // whatever the allocation held.
-  if (c.op == "aten::_ctc_loss" && output == 1) return false;
-  return true;
-}
 
 bool LooksUnsupported(std::string_view msg) {
   return msg.find("Could not run") != std::string_view::npos ||
@@ -173,25 +73,13 @@ bool HasSchema(const OpCase& op_case) {
 // comparing them again (Note [Identical outputs] in compare.cc).
 struct ReplayExecutor::LastReference {
   std::string key;
-  std::vector<c10::IValue> reference, golden;
-  bool golden_ok = false, golden_tried = false;
+  std::vector<c10::IValue> reference;
+  CallGolden golden;
   std::optional<MaterializedCase> inputs;
   std::vector<at::Tensor> produced;  // per output: CPU copy, undefined for None
   bool produced_complete = false;     // every output a tensor or None
   CaseResult judged;
 };
-
-namespace {
-
-// True when every output is a strided tensor or None (undefined): the
-// outputs a rerun can be matched with bit for bit.
-bool AllStridedOrNone(const std::vector<c10::IValue>& outputs) {
-  return std::all_of(outputs.begin(), outputs.end(), [](const c10::IValue& v) {
-    return v.isNone() || (v.isTensor() && (!v.toTensor().defined() || v.toTensor().layout() == at::kStrided));
-  });
-}
-
-}  // namespace
 
 ReplayExecutor::ReplayExecutor(std::shared_ptr<Backend> backend, ReplayOptions options)
     : backend_(std::move(backend)),
@@ -268,66 +156,49 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   // The arguments of the reference call and of the backend's first call:
   // Note [Views compared by their metadata] in compare.cc.
   std::vector<c10::IValue> reference_inputs, backend_inputs;
-  // Runs the op once on CPU with freshly built inputs.
-  auto run_cpu = [&](bool to_double, double* compute_us) -> std::vector<c10::IValue> {
-    auto tm = Clock::now();
-    auto inputs = m.Build(cpu, to_double, /*verify=*/false);
-    if (!inputs) throw std::runtime_error(inputs.error().message());
-    if (!to_double) reference_inputs = *inputs;
-    torch::jit::Stack stack = *inputs;
-    auto tc = Clock::now();
-    res.timing.materialize_us += Micros(tm, tc);
-    op.callBoxed(&stack);
-    *compute_us += Micros(tc, Clock::now());
-    return Outputs(stack, *inputs, m.mutated());
-  };
 
-  // fp64 golden: only meaningful for ops that compute on floating inputs.
-  std::vector<c10::IValue> golden;
-  bool golden_ok = false, golden_tried = false;
-  if (kept) {
-    golden = kept->golden;
-    golden_ok = kept->golden_ok;
-    golden_tried = kept->golden_tried;
+  // fp64 golden (Note [One call engine]): only meaningful for ops that
+  // compute on floating inputs; a rerun keeps the first run's.
+  CallGolden golden;
+  if (kept) golden = std::move(kept->golden);
+  const double golden_us_before = golden.micros();
+  std::function<std::vector<c10::IValue>()> make_golden;
+  if (options_.golden != GoldenMode::kNever && HasFloatingTensor(op_case)) {
+    make_golden = [&]() {
+      auto inputs = m.Build(cpu, /*to_double=*/true, /*verify=*/false);
+      if (!inputs) throw std::runtime_error(inputs.error().message());
+      torch::jit::Stack stack = *inputs;
+      op.callBoxed(&stack);
+      return CallOutputs(stack, *inputs, m.mutated());
+    };
   }
-  auto run_golden = [&]() {
-    if (golden_tried) return;
-    golden_tried = true;
-    if (options_.golden == GoldenMode::kNever || !HasFloatingTensor(op_case)) return;
-    try {
-      golden = run_cpu(/*to_double=*/true, &res.timing.golden_us);
-      golden_ok = true;
-    } catch (const std::exception&) {
-      golden_ok = false;  // e.g. no double kernel, or dtype arguments that forbid it
-    }
-  };
-  if (options_.golden == GoldenMode::kAlways) run_golden();
+  golden.SetMaker(std::move(make_golden));
+  if (options_.golden == GoldenMode::kAlways) golden.Make();
 
   std::vector<c10::IValue> reference;
-  try {
-    if (kept) {
-      reference = kept->reference;
-    } else {
-      reference = run_cpu(/*to_double=*/false, &res.timing.reference_us);
-    }
-  } catch (const std::exception& e) {
-    // Note [Reference upcast]: an integer call the CPU has no kernel for.
-    bool upcast = false;
-    if (IsMissingIntegerKernel(e.what())) {
-      auto inputs = m.Build(cpu, /*to_double=*/false, /*verify=*/false);
-      if (inputs) {
-        torch::jit::Stack stack = *inputs;
-        const auto tc = Clock::now();
-        upcast = CallUpcast(op, m.mutated(), &stack);
-        res.timing.reference_us += Micros(tc, Clock::now());
-        if (upcast) reference = Outputs(stack, *inputs, m.mutated());
-      }
-    }
-    if (!upcast) {
+  if (kept) {
+    reference = kept->reference;
+  } else {
+    double build_us = 0;
+    const auto tr = Clock::now();
+    auto call = CallReference(
+        op, m.mutated(),
+        [&]() {
+          const auto tm = Clock::now();
+          auto inputs = m.Build(cpu, /*to_double=*/false, /*verify=*/false);
+          build_us += Micros(tm, Clock::now());
+          return inputs;
+        },
+        2000);
+    res.timing.materialize_us += build_us;
+    res.timing.reference_us += Micros(tr, Clock::now()) - build_us;
+    if (!call) {
       res.outcome = Outcome::kSkipped;
-      res.error = "the CPU reference cannot run this case: " + FirstLine(e.what());
+      res.error = "the CPU reference cannot run this case: " + call.error().message();
       return finish();
     }
+    if (!call->upcast) reference_inputs = call->arguments;
+    reference = CallOutputs(call->after, call->arguments, m.mutated());
   }
 
   // Sparse and other non-strided outputs (`_to_sparse`) have no strided
@@ -371,17 +242,16 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
       res.timing.backend_us += us;
       if (iter == 0) {
         res.first_call_us = us;
-        produced = Outputs(stack, *inputs, m.mutated());
+        produced = CallOutputs(stack, *inputs, m.mutated());
         backend_inputs = std::move(*inputs);
       } else {
         warm.push_back(us);
       }
     }
   } catch (const std::exception& e) {
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    const std::string msg = FirstLine(c10_error ? c10_error->what_without_backtrace() : e.what());
-    res.outcome = LooksUnsupported(msg) ? Outcome::kUnsupported : Outcome::kError;
-    res.error = msg;
+    const CallFailure failure = BackendFailure(e, 2000);
+    res.outcome = failure.outcome;
+    res.error = failure.message;
     record_counters();
     // A backend may have written into shared inputs before it failed: check
     // them now so that no damaged input stays cached for later cases.
@@ -404,23 +274,13 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   }
 
   // Compare.
-  auto tcmp = Clock::now();
-  // The backend's outputs on CPU, each read from the device at most once
-  // (views judged by their metadata are not read), kept when the case is to
-  // be rerun.
-  std::vector<at::Tensor> produced_cpu(produced.size());
-  auto cpu_output = [&](size_t i) -> const at::Tensor& {
-    const c10::IValue& v = produced[i];
-    if (!produced_cpu[i].defined() && v.isTensor() && v.toTensor().defined() && v.toTensor().layout() == at::kStrided) {
-      produced_cpu[i] = v.toTensor().device().is_cpu() ? v.toTensor() : v.toTensor().cpu();
-    }
-    return produced_cpu[i];
-  };
+  const auto tcmp = Clock::now();
   const bool produced_complete = AllStridedOrNone(produced);
   auto same_as_first = [&]() {
     if (!kept || !kept->produced_complete || !produced_complete || kept->produced.size() != produced.size()) return false;
     for (size_t i = 0; i < produced.size(); ++i) {
-      if (!SameValues(cpu_output(i), kept->produced[i])) return false;
+      const at::Tensor now = produced[i].isTensor() ? produced[i].toTensor().cpu() : at::Tensor();
+      if (!SameValues(now, kept->produced[i])) return false;
     }
     return true;
   };
@@ -439,127 +299,46 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
     res.detail_json = detail.is_object() ? detail.dump() : first.detail_json;
     res.timing.compare_us = Micros(tcmp, Clock::now());
     last_ = std::move(kept);
+    last_->golden = std::move(golden);
     last_->inputs = std::move(m);
     return finish();
   }
-  const std::vector<std::optional<size_t>> viewed = ViewedArguments(op.schema());
-  nlohmann::json details = nlohmann::json::array();
-  if (produced.size() != reference.size()) {
-    res.outcome = Outcome::kShapeMismatch;
-    res.error = fmt::format("backend returned {} outputs, reference {}", produced.size(), reference.size());
-  } else {
-    int worst = 0;
-    int64_t elements = 0, mismatched = 0;
-    double max_abs = 0, max_rel = 0, cosine = 1;
-    std::optional<double> ratio;
-    for (size_t i = 0; i < reference.size(); ++i) {
-      const c10::IValue& r = reference[i];
-      const c10::IValue& b = produced[i];
-      nlohmann::json d;
-      d["output"] = i;
-      Outcome o = Outcome::kPass;
-      std::string why;
-      if (r.isTensor() && b.isTensor()) {
-        const at::Tensor& rt = r.toTensor();
-        const DType dt = ToDType(rt.scalar_type()).value_or(DType::kFloat32);
-        const Tolerance tol = options_.comparison.For(op_case.op, op_case.overload, dt);
-        const double multiplier = options_.comparison.MultiplierFor(op_case.op, op_case.overload, dt);
-        auto golden_of = [&]() {
-          at::Tensor gt;
-          if (golden_ok && golden.size() == reference.size() && golden[i].isTensor()) gt = golden[i].toTensor();
-          return gt;
-        };
-        at::Tensor gt = golden_of();
-        const bool meaningful = ValuesMeaningful(op_case, i);
-        std::optional<TensorComparison> as_view;
-        if (meaningful && i < viewed.size() && viewed[i] && *viewed[i] < backend_inputs.size() &&
-            *viewed[i] < reference_inputs.size() && backend_inputs[*viewed[i]].isTensor() &&
-            reference_inputs[*viewed[i]].isTensor()) {
-          as_view = CompareAsViews(b.toTensor(), backend_inputs[*viewed[i]].toTensor(), rt,
-                                   reference_inputs[*viewed[i]].toTensor());
-          if (as_view && gt.defined()) as_view->error_ratio = 1.0;
-        }
-        // Outside the reference tolerance, the golden decides (rule (b)).
-        auto golden_when_needed = [&]() {
-          const auto tg = Clock::now();
-          run_golden();
-          tcmp += Clock::now() - tg;  // golden time is compute, not comparison
-          return golden_of();
-        };
-        TensorComparison c =
-            as_view ? *as_view
-                    : CompareTensors(cpu_output(i).defined() ? cpu_output(i) : b.toTensor(), rt, gt, tol, multiplier,
-                                     meaningful, golden_tried ? std::function<at::Tensor()>() : golden_when_needed);
-        gt = golden_of();  // the golden, if the comparison asked for it
-        o = c.outcome;
-        why = c.message;
-        if (c.values_compared) {
-          elements += c.elements;
-          mismatched += c.mismatched + c.nonfinite_diff;
-          max_abs = std::max(max_abs, c.max_abs_err);
-          max_rel = std::max(max_rel, c.max_rel_err);
-          cosine = std::min(cosine, c.cosine);
-          if (c.error_ratio) ratio = std::max(ratio.value_or(0.0), *c.error_ratio);
-          d["max_abs_err"] = c.max_abs_err;
-          d["mismatched"] = c.mismatched;
-          d["elements"] = c.elements;
-        }
-        d["values_compared"] = c.values_compared;
-        d["golden"] = gt.defined();
-      } else if (r.isTensor() != b.isTensor() || r.isNone() != b.isNone()) {
-        o = Outcome::kDtypeMismatch;
-        why = fmt::format("backend returned {}, reference {}", b.tagKind(), r.tagKind());
-      } else if (r.isNone()) {
-        o = Outcome::kPass;
-      } else if ((r.isDouble() || r.isInt() || r.isBool()) && (b.isDouble() || b.isInt() || b.isBool())) {
-        auto number = [](const c10::IValue& v) {
-          return v.isDouble() ? v.toDouble() : v.isInt() ? static_cast<double>(v.toInt()) : (v.toBool() ? 1.0 : 0.0);
-        };
-        const double rv = number(r), bv = number(b);
-        const bool exact = !r.isDouble();
-        const Tolerance t = options_.comparison.For(op_case.op, op_case.overload, DType::kFloat64);
-        const bool close = exact ? bv == rv : std::fabs(bv - rv) <= t.atol + t.rtol * std::fabs(rv);
-        if (!close && !(std::isnan(bv) && std::isnan(rv))) {
-          o = Outcome::kMismatch;
-          why = fmt::format("scalar {} != reference {}", bv, rv);
-        }
-      } else if (r.tagKind() != b.tagKind()) {
-        o = Outcome::kDtypeMismatch;
-        why = fmt::format("backend returned {}, reference {}", b.tagKind(), r.tagKind());
-      } else if (!(r == b)) {  // complex numbers, strings: exact
-        o = Outcome::kMismatch;
-        why = fmt::format("backend returned a different {} than the reference", r.tagKind());
-      }
-      d["outcome"] = OutcomeName(o);
-      if (!why.empty()) d["message"] = why;
-      details.push_back(std::move(d));
-      if (Severity(o) > worst) {
-        worst = Severity(o);
-        res.outcome = o;
-        res.error = reference.size() > 1 ? fmt::format("output {}: {}", i, why) : why;
-      }
-    }
-    if (elements > 0) {
-      res.max_abs_err = max_abs;
-      res.max_rel_err = max_rel;
-      res.mismatch_frac = static_cast<double>(mismatched) / static_cast<double>(elements);
-      res.cosine = cosine;
-      res.error_ratio = ratio;
-    }
+  const double golden_us_judging = golden.micros();
+  CallVerdict verdict = JudgeCall({.op_case = &op_case,
+                                   .comparison = &options_.comparison,
+                                   .backend = &produced,
+                                   .reference = &reference,
+                                   .schema = &op.schema(),
+                                   .backend_arguments = &backend_inputs,
+                                   .reference_arguments = &reference_inputs,
+                                   .golden = &golden});
+  res.outcome = verdict.outcome;
+  res.error = verdict.error;
+  if (verdict.compared) {
+    res.max_abs_err = verdict.max_abs_err;
+    res.max_rel_err = verdict.max_rel_err;
+    res.mismatch_frac = verdict.mismatch_frac;
+    res.cosine = verdict.cosine;
+    res.error_ratio = verdict.error_ratio;
   }
-  res.timing.compare_us = Micros(tcmp, Clock::now());
-  res.detail_json = nlohmann::json{{"outputs", details}, {"golden", golden_ok}}.dump();
+  // Golden time is compute, not comparison.
+  res.timing.compare_us = Micros(tcmp, Clock::now()) - (golden.micros() - golden_us_judging);
+  res.timing.golden_us += golden.micros() - golden_us_before;
+  res.detail_json = verdict.Detail(golden.ok()).dump();
   if (IsUnexpectedFailure(res.outcome) && res.outcome != Outcome::kUnsupported) {
     // Only a failing case is rerun (Note [Reruns]).
     last_ = std::make_unique<LastReference>();
     last_->key = op_case.Key();
     last_->reference = std::move(reference);
     last_->golden = std::move(golden);
-    last_->golden_ok = golden_ok;
-    last_->golden_tried = golden_tried;
     last_->inputs = std::move(m);
-    for (size_t i = 0; i < produced.size(); ++i) cpu_output(i);
-    last_->produced = std::move(produced_cpu);
+    for (size_t i = 0; i < produced.size(); ++i) {
+      if (!verdict.backend_on_cpu[i].defined() && produced[i].isTensor() && produced[i].toTensor().defined() &&
+          produced[i].toTensor().layout() == at::kStrided) {
+        verdict.backend_on_cpu[i] = produced[i].toTensor().cpu();
+      }
+    }
+    last_->produced = std::move(verdict.backend_on_cpu);
     last_->produced_complete = produced_complete;
     last_->judged = res;
   }

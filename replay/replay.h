@@ -91,12 +91,6 @@ bool LooksUnsupported(std::string_view msg);
 // An error message without the C++ backtrace c10::Error appends, at most max_len bytes.
 std::string FirstLine(std::string_view msg, size_t max_len = 2000);
 
-// False when output `output` (an index into the op's flattened outputs) of
-// the case is uninitialised or random (empty, rand, normal_, dropout and
-// rrelu in training mode, _ctc_loss's log_alpha, ...): only its shape and
-// dtype are compared.
-bool ValuesMeaningful(const OpCase& op_case, size_t output);
-
 // True when ATen has a schema for the case's op and overload in this build.
 bool HasSchema(const OpCase& op_case);
 

@@ -7,11 +7,13 @@
 #include "replay/program_replay.h"
 
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "capture/trace_reader.h"
+#include "replay/replay.h"
 #include "tests/support/fake_backend.h"
 #include "tests/support/integer_histc_backend.h"
 #include "tests/support/programs.h"
@@ -88,6 +90,23 @@ TEST(ProgramReplay, ABrokenOpFailsTheModelAndItsFirstCallIsNamedAsFirstDivergent
   EXPECT_EQ(d["case_key"], Prefill().calls[static_cast<size_t>(silu)].op_case->Key());
   EXPECT_EQ(d["module"], "model.layers.0.mlp.act_fn");
   EXPECT_EQ(d["phase"], "forward");
+}
+
+// Note [One call engine]: the first divergent call is judged as the unit
+// stage judges its op case, so the two name the same kind of miss.
+TEST(ProgramReplay, TheFirstDivergentCallIsJudgedAsTheUnitStageJudgesItsCase) {
+  auto backend = std::make_shared<FakeBackend>();
+  backend->add_offset["aten::silu"] = 0.5;
+  const auto item = replay::ReplayProgram(Prefill(), *backend, ProgramReplayOptions{});
+  ASSERT_TRUE(item.detail.contains("first_divergent")) << item.detail.dump();
+  const auto& d = item.detail["first_divergent"];
+  const OpCase& silu = *Prefill().calls[static_cast<size_t>(FirstCall(Prefill(), "aten::silu"))].op_case;
+  replay::ReplayExecutor unit(backend, replay::ReplayOptions{});
+  const CaseResult r = unit.Run(silu);
+  EXPECT_EQ(d["outcome"], std::string(OutcomeName(r.outcome))) << r.error;
+  ASSERT_TRUE(r.max_abs_err.has_value());
+  EXPECT_NEAR(*r.max_abs_err, 0.5, 1e-3);
+  EXPECT_NEAR(d["max_abs_err"].get<double>(), 0.5, 1e-3);
 }
 
 TEST(ProgramReplay, AnErrorOnTheBackendNamesTheCallAndItsModule) {

@@ -12,6 +12,7 @@
 #include "replay/reference_upcast.h"
 #include "replay/replay.h"
 #include "tests/support/case_builder.h"
+#include "tests/support/shipped_rules.h"
 #include "tests/support/integer_histc_backend.h"
 #include "tests/support/fake_backend.h"
 
@@ -465,23 +466,46 @@ TEST(Replay, ViewsOfOneStorageHoldTheSameValuesAcrossCases) {
 }
 
 TEST(Replay, UninitialisedAndRandomOutputsAreNotComparedByValue) {
+  // The per-op rules are data: configs/tolerances.json's "ops".
+  const ComparisonOptions rules = testing::ShippedComparison();
   for (const char* op : {"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
                          "aten::empty_permuted", "aten::randn", "aten::bernoulli_", "aten::geometric_", "aten::cauchy_"}) {
     OpCase c;
     c.op = op;
-    EXPECT_FALSE(ValuesMeaningful(c, 0)) << op;
+    EXPECT_FALSE(rules.ValuesCompared(c, 0)) << op;
+    // Without the rules every output is compared.
+    EXPECT_TRUE(ComparisonOptions().ValuesCompared(c, 0)) << op;
   }
-  EXPECT_TRUE(ValuesMeaningful(testing::MmCase(2, 3, 4), 0));
+  EXPECT_TRUE(rules.ValuesCompared(testing::MmCase(2, 3, 4), 0));
   // rrelu draws its slopes only in training mode.
   OpCase rrelu = MakeCase("aten::rrelu_with_noise", "", {TensorArg("self", DType::kFloat32, {8}), testing::BoolArg("training", true)});
-  EXPECT_FALSE(ValuesMeaningful(rrelu, 0));
+  EXPECT_FALSE(rules.ValuesCompared(rrelu, 0));
   rrelu.args[1].b = false;
-  EXPECT_TRUE(ValuesMeaningful(rrelu, 0));
+  EXPECT_TRUE(rules.ValuesCompared(rrelu, 0));
   // _ctc_loss's log_alpha (output 1) is partly uninitialised; the loss is not.
   OpCase ctc;
   ctc.op = "aten::_ctc_loss";
-  EXPECT_TRUE(ValuesMeaningful(ctc, 0));
-  EXPECT_FALSE(ValuesMeaningful(ctc, 1));
+  EXPECT_TRUE(rules.ValuesCompared(ctc, 0));
+  EXPECT_FALSE(rules.ValuesCompared(ctc, 1));
+}
+
+TEST(Replay, ValuesRulesAreCheckedAsTheyAreRead) {
+  for (const char* bad : {R"({"ops": {"aten::empty": {"values_not_compared": "some"}}})",
+                          R"({"ops": {"aten::empty": {"values_not_compared": {"outputs": [-1]}}}})",
+                          R"({"ops": {"aten::empty": {"values_not_compared": {"when": 3}}}})",
+                          R"({"ops": {"aten::empty": {"values_not_compared": {"if": "train"}}}})"}) {
+    auto o = ComparisonOptions::FromJson(bad, "tol.json");
+    ASSERT_FALSE(o.has_value()) << bad;
+    EXPECT_NE(o.error().message().find("ops.aten::empty.values_not_compared"), std::string::npos) << o.error().message();
+  }
+  // A rule and a tolerance in one entry.
+  auto o = ComparisonOptions::FromJson(
+      R"({"ops": {"aten::dropout": {"values_not_compared": {"when": "train"}, "dtypes": {"f32": {"rtol": 0.5}}, "reason": "r"}}})",
+      "tol.json");
+  ASSERT_TRUE(o.has_value()) << o.error().message();
+  EXPECT_EQ(o->For("aten::dropout", "", DType::kFloat32).rtol, 0.5);
+  OpCase dropout = MakeCase("aten::dropout", "", {TensorArg("input", DType::kFloat32, {8}), testing::BoolArg("train", true)});
+  EXPECT_FALSE(o->ValuesCompared(dropout, 0));
 }
 
 // Note [Structured arguments]: segment_reduce's lengths are >= 0 and sum to
