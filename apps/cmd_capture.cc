@@ -20,7 +20,7 @@
 #include "core/json_capped.h"
 #include "registry/registry.h"
 #include "selection/features.h"
-#include "stages/capture_stage.h"
+#include "capture/selection_models.h"
 
 namespace coverage::apps {
 namespace {
@@ -113,7 +113,7 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   capture::TracerCaptureOptions options;
   if (flags.selection) {
     int64_t resolved = 0;
-    auto models = stages::SelectionCaptureModels(**reg, flags.selection_id, flags.only_models, &resolved);
+    auto models = capture::SelectionCaptureModels(**reg, flags.selection_id, flags.only_models, &resolved);
     if (!models) return ReportError(models.error().WithContext("capture --selection"));
     options.models = std::move(*models);
   } else {

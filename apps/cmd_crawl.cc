@@ -13,7 +13,7 @@
 #include "registry/registry.h"
 #include "selection/features.h"
 #include "selection/signature.h"
-#include "stages/crawl_stage.h"
+#include "crawler/registry_sink.h"
 
 namespace coverage::apps {
 namespace {
@@ -53,7 +53,7 @@ int RunAgentCommand(const GlobalOptions& global, const CrawlFlags& flags, crawle
   if (!defaults) return ReportError(defaults.error().WithContext("--defaults"));
   auto reg = OpenRegistry(global, /*read_only=*/false, /*create=*/true);
   if (!reg) return ReportError(reg.error());
-  stages::RegistryCrawlSink sink(reg->get());
+  crawler::RegistryCrawlSink sink(reg->get());
   crawler::AgentOptions options;
   options.transport = std::move(transport);
   options.budget = flags.budget;
@@ -148,7 +148,7 @@ int RunCrawlCommand(const GlobalOptions& global, const CrawlFlags& flags) {
 
   auto reg = OpenRegistry(global, /*read_only=*/false, /*create=*/true);
   if (!reg) return ReportError(reg.error());
-  stages::RegistryCrawlSink sink(reg->get());
+  crawler::RegistryCrawlSink sink(reg->get());
   Progress progress("crawl", 0, !global.quiet);
   options.on_progress = [&](const crawler::CrawlProgress& p) {
     progress.Update(0, p.configs_total > 0 ? fmt::format("{} pages, {} models, configs {}/{}", p.pages, p.models,

@@ -17,6 +17,7 @@
 
 #include "apps/app.h"
 #include "apps/flags.h"
+#include "apps/test_stages.h"
 #include "core/text_safety.h"
 #include "core/utc_time.h"
 #include "registry/registry.h"
@@ -29,10 +30,9 @@ namespace {
 
 struct NightlyConfig {
   std::string backend = "sim";
-  std::vector<std::string> stages = {"unit", "module", "model", "train"};
+  std::vector<std::string> stages;  // default: every stage of every family
   std::string run_prefix = "nightly";
-  std::vector<std::string> unit_args;
-  std::vector<std::string> model_args;
+  std::map<std::string, std::vector<std::string>> family_args;  // a family's nightly_args() key -> extra `run` args
   std::string report_dir;
   std::string expectations;
   std::string baseline = "auto";  // "auto", "none", or a run id prefix (its -unit / -models runs)
@@ -44,10 +44,14 @@ Result<NightlyConfig> ParseConfig(const std::string& text, const std::string& pa
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object()) return Status::InvalidArgument(path + ": not a JSON object");
   NightlyConfig c;
-  static const char* kKnown[] = {"comment", "backend", "stages", "run_prefix", "unit_args", "model_args",
-                                 "report_dir", "expectations", "baseline", "fail_on"};
+  for (const auto* family : TestStageFamilies()) {
+    c.stages.insert(c.stages.end(), family->stages().begin(), family->stages().end());
+  }
+  std::vector<std::string> known = {"comment", "backend", "stages", "run_prefix", "report_dir", "expectations",
+                                    "baseline", "fail_on"};
+  for (const auto* family : TestStageFamilies()) known.emplace_back(family->nightly_args());
   for (const auto& [k, v] : j.items()) {
-    if (std::find(std::begin(kKnown), std::end(kKnown), k) == std::end(kKnown)) {
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
       return Status::InvalidArgument(path + ": unknown key '" + k + "'");
     }
   }
@@ -71,8 +75,10 @@ Result<NightlyConfig> ParseConfig(const std::string& text, const std::string& pa
   COV_RETURN_IF_ERROR(list("stages", c.stages));
   COV_RETURN_IF_ERROR(str("run_prefix", c.run_prefix));
   COV_RETURN_IF_ERROR(CheckRunId(c.run_prefix, path + ": 'run_prefix'"));
-  COV_RETURN_IF_ERROR(list("unit_args", c.unit_args));
-  COV_RETURN_IF_ERROR(list("model_args", c.model_args));
+  for (const auto* family : TestStageFamilies()) {
+    const std::string key(family->nightly_args());
+    COV_RETURN_IF_ERROR(list(key.c_str(), c.family_args[key]));
+  }
   COV_RETURN_IF_ERROR(str("report_dir", c.report_dir));
   COV_RETURN_IF_ERROR(str("expectations", c.expectations));
   COV_RETURN_IF_ERROR(str("baseline", c.baseline));
@@ -87,9 +93,7 @@ Result<NightlyConfig> ParseConfig(const std::string& text, const std::string& pa
     }
   }
   for (const auto& s : c.stages) {
-    if (s != "unit" && s != "module" && s != "model" && s != "train") {
-      return Status::InvalidArgument(path + ": 'stages' holds '" + s + "' (unit, module, model, train)");
-    }
+    if (auto known_stage = ParseStageList(s, path + ": 'stages'"); !known_stage) return known_stage.error();
   }
   if (c.stages.empty()) return Status::InvalidArgument(path + ": 'stages' is empty");
   if (c.backend.empty()) return Status::InvalidArgument(path + ": 'backend' is empty");
@@ -168,7 +172,9 @@ Result<int64_t> ConfirmPerfRegressions(const GlobalOptions& global, const std::v
   constexpr size_t kMaxRechecked = 500;
   const std::string check_id = run_id + "-perfcheck";
   std::vector<std::string> args = common;
-  args.insert(args.end(), {"run", "--stage=unit", "--backend", config.backend, "--run", check_id, "--warm", "10",
+  // Perf suspects are op cases: the cases family measures them again.
+  args.insert(args.end(), {"run", "--stage=" + CasesFamily().stages().front(), "--backend", config.backend, "--run",
+                           check_id, "--warm", "10",
                            "--reruns", "0", "--show-failures", "0"});
   for (size_t i = 0; i < suspects.size() && i < kMaxRechecked; ++i) args.insert(args.end(), {"--case", suspects[i].key});
   std::printf("\n%zu op cases look slower than the baseline; measuring them again:", suspects.size());
@@ -220,42 +226,32 @@ int Nightly(const GlobalOptions& global, const std::string& config_path, std::st
   if (global.quiet) common.push_back("--quiet");
   if (global.threads) common.insert(common.end(), {"--threads", std::to_string(global.threads)});
   std::vector<std::string> runs;
-  auto has = [&](const char* s) { return std::find(config->stages.begin(), config->stages.end(), s) != config->stages.end(); };
-  if (has("unit")) {
+  // Each family's configured stages, in the family's order, as one `coverage run` (Note [Test stages]).
+  for (const auto* family : TestStageFamilies()) {
+    std::string stages;
+    for (const auto& s : family->stages()) {
+      if (std::find(config->stages.begin(), config->stages.end(), s) != config->stages.end()) {
+        stages += (stages.empty() ? "" : ",") + s;
+      }
+    }
+    if (stages.empty()) continue;
+    if (Status ready = family->Ready(**reg); !ready.ok()) {
+      std::printf("\n%s: the %s stages are skipped: %s\n", global.registry_path.c_str(), stages.c_str(),
+                  ready.message().c_str());
+      continue;
+    }
+    const std::string family_run = run_id + std::string(family->run_suffix());
     std::vector<std::string> args = common;
-    args.insert(args.end(), {"run", "--stage=unit", "--backend", config->backend, "--run", run_id + "-unit"});
-    args.insert(args.end(), config->unit_args.begin(), config->unit_args.end());
+    args.insert(args.end(), {"run", "--stage=" + stages, "--backend", config->backend, "--run", family_run});
+    const auto& extra = config->family_args[std::string(family->nightly_args())];
+    args.insert(args.end(), extra.begin(), extra.end());
     const int rc = RunSelf(args);
     if (rc != kExitOk && rc != kExitFailures) {
-      std::fprintf(stderr, "coverage nightly: the unit stage ended with exit code %d; resume with --run-id %s\n", rc,
-                   ShellQuote(run_id).c_str());
+      std::fprintf(stderr, "coverage nightly: the %s stages ended with exit code %d; resume with --run-id %s\n",
+                   stages.c_str(), rc, ShellQuote(run_id).c_str());
       return rc == kExitInterrupted ? kExitInterrupted : kExitUsage;
     }
-    runs.push_back(run_id + "-unit");
-  }
-  std::string model_stages;
-  for (const char* s : {"module", "model", "train"}) {
-    if (has(s)) model_stages += (model_stages.empty() ? "" : ",") + std::string(s);
-  }
-  if (!model_stages.empty()) {
-    auto selection = (*reg)->SelectionModels(0);
-    if (!selection && selection.error().code() == StatusCode::kNotFound) {
-      std::printf("\nno selection in %s: the %s stages need representatives (`coverage crawl`, `coverage select`, "
-                  "`coverage capture --selection`); skipped\n",
-                  global.registry_path.c_str(), model_stages.c_str());
-    } else {
-      std::vector<std::string> args = common;
-      args.insert(args.end(), {"run", "--stage=" + model_stages, "--backend", config->backend, "--run",
-                               run_id + "-models"});
-      args.insert(args.end(), config->model_args.begin(), config->model_args.end());
-      const int rc = RunSelf(args);
-      if (rc != kExitOk && rc != kExitFailures) {
-        std::fprintf(stderr, "coverage nightly: the %s stages ended with exit code %d; resume with --run-id %s\n",
-                     model_stages.c_str(), rc, ShellQuote(run_id).c_str());
-        return rc == kExitInterrupted ? kExitInterrupted : kExitUsage;
-      }
-      runs.push_back(run_id + "-models");
-    }
+    runs.push_back(family_run);
   }
   if (runs.empty()) return ReportError(Status::InvalidArgument("nightly: no stage ran"));
 

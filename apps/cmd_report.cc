@@ -173,8 +173,9 @@ Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Regis
     const bool slower = c.change == reports::Change::kPerfRegression ||
                         std::find(c.extra_changes.begin(), c.extra_changes.end(),
                                   reports::ChangeName(reports::Change::kPerfRegression)) != c.extra_changes.end();
-    const auto base = reports::WarmTimingOf(c.baseline_warm_us, c.baseline_warm_min_us, c.baseline_warm_spread_us);
-    if (slower && base) written.perf_suspects.push_back({c.key, *base});
+    if (!slower || !c.baseline) continue;
+    const auto base = reports::WarmTimingOf(c.baseline->warm_us, c.baseline->warm_min_us, c.baseline->warm_spread_us);
+    if (base) written.perf_suspects.push_back({c.key, *base});
   }
   for (const auto& format : r.formats) {
     std::string path, text;

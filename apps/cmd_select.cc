@@ -1,5 +1,5 @@
 // `coverage select`: derives features of crawled configs and chooses K
-// representative models (stages/select_stage.h).
+// representative models (selection/registry_select.h).
 #include <cstdio>
 
 #include <CLI/CLI.hpp>
@@ -9,7 +9,7 @@
 #include "apps/table.h"
 #include "core/progress.h"
 #include "registry/registry.h"
-#include "stages/select_stage.h"
+#include "selection/registry_select.h"
 
 namespace coverage::apps {
 namespace {
@@ -35,11 +35,11 @@ int RunSelectCommand(const GlobalOptions& global, const SelectFlags& flags) {
   auto reg = OpenRegistry(global, /*read_only=*/false);
   if (!reg) return ReportError(reg.error());
 
-  stages::DeriveOptions derive;
+  selection::DeriveOptions derive;
   derive.stop = InstallStopHandler();
   Progress progress("features", 0, !global.quiet);
   derive.on_progress = [&](int64_t n) { progress.Update(n, fmt::format("{} configs read", n)); };
-  auto features = stages::DeriveFeatures(**reg, **defaults, derive);
+  auto features = selection::DeriveFeatures(**reg, **defaults, derive);
   progress.Finish();
   if (!features) {
     if (features.error().code() == StatusCode::kAborted) {
@@ -57,12 +57,12 @@ int RunSelectCommand(const GlobalOptions& global, const SelectFlags& flags) {
                 static_cast<long long>(features->skipped_changed));
   }
 
-  stages::SelectOptions options;
+  selection::SelectOptions options;
   options.k = flags.k;
   options.per_family = flags.per_family;
   options.seed = flags.seed;
   options.store_members = !flags.no_members;
-  auto result = stages::RunSelect(**reg, options);
+  auto result = selection::RunSelect(**reg, options);
   if (!result) return ReportError(result.error().WithContext("select"));
   const auto& sel = result->selection;
   const auto& c = sel.coverage;

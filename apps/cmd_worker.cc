@@ -1,11 +1,12 @@
 // `coverage worker`: the process a run spawns to execute cases in isolation
-// (isolation/isolation.h). Not for people: it speaks JSON lines on fd 3.
+// (isolation/isolation.h), answering through apps/worker_service.h. Not for
+// people: it speaks JSON lines on fd 3.
 #include <CLI/CLI.hpp>
 
 #include "apps/app.h"
 #include "registry/registry.h"
 #include "backends/backends.h"
-#include "isolation/isolation.h"
+#include "apps/worker_service.h"
 #include "isolation/worker.h"
 
 namespace coverage::apps {
@@ -33,7 +34,7 @@ void AddWorkerCommand(CLI::App& app, GlobalOptions& global) {
       if (!program) return Status::NotFound("no captured program for " + model_id + " / " + profile + " in " + path);
       return std::move(*program);
     };
-    isolation::WorkerService service([&](const std::string& name) { return backends.Create(name); }, load_program);
+    WorkerService service([&](const std::string& name) { return backends.Create(name); }, load_program);
     global.exit_code = isolation::RunWorkerLoop([&](const std::string& request) { return service.Handle(request); });
   });
 }

@@ -29,7 +29,7 @@
 #include "registry/registry.h"
 #include "capture/profiles.h"
 #include "selection/features.h"
-#include "stages/select_stage.h"
+#include "selection/registry_select.h"
 #include "tests/support/temp_dir.h"
 
 int main(int argc, char** argv) {
@@ -107,10 +107,10 @@ int main(int argc, char** argv) {
     if (!(*reg)->StartCrawl("bench").ok() || !(*reg)->StoreCrawlPage("bench", models, {}, std::nullopt).ok()) return 2;
     for (const auto& [id, config] : configs) (void)(*reg)->StoreConfig(id, "fetched", "", config);
     auto defaults = selection::FamilyDefaults::Load(home + "/data/transformers_defaults.jsonl");
-    if (!defaults || !stages::DeriveFeatures(**reg, **defaults).has_value()) return 2;
-    stages::SelectOptions select;
+    if (!defaults || !selection::DeriveFeatures(**reg, **defaults).has_value()) return 2;
+    selection::SelectOptions select;
     select.k = 100000;  // every distinct point
-    if (!stages::RunSelect(**reg, select)) return 2;
+    if (!selection::RunSelect(**reg, select)) return 2;
   }
   auto reps = (*reg)->SelectionModels(0);
   if (!reps) return 2;

@@ -26,7 +26,7 @@
 #include "crawler/crawl.h"
 #include "crawler/curl_http_client.h"
 #include "registry/registry.h"
-#include "stages/crawl_stage.h"
+#include "crawler/registry_sink.h"
 #include "tools/hub-replay/hub_server.h"
 
 using namespace coverage;
@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
   options.page_limit = page_limit;
   options.fetch_configs = false;
   options.rate_per_s = 0;
-  stages::RegistryCrawlSink sink(reg->get());
+  crawler::RegistryCrawlSink sink(reg->get());
   const auto t0 = Clock::now();
   auto summary = crawler::RunCrawl(options, sink, [&] { return std::make_unique<RecordingClient>(&record, &bytes); });
   record.close();

@@ -2,6 +2,7 @@
 
 #include "core/json_double.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -22,7 +23,15 @@ std::optional<double> GetOptional(const json& j, const char* name) {
 
 }  // namespace
 
-std::string CaseResult::ToJson() const {
+std::string CaseResult::ToJson() const { return DumpJson(ToJsonValue()); }
+
+Result<CaseResult> CaseResult::FromJson(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Status::Corruption("case result JSON does not parse");
+  return FromJsonValue(j);
+}
+
+json CaseResult::ToJsonValue() const {
   json j;
   j["outcome"] = OutcomeName(outcome);
   j["error"] = error;
@@ -39,19 +48,22 @@ std::string CaseResult::ToJson() const {
   j["timing"] = {{"materialize_us", timing.materialize_us}, {"golden_us", timing.golden_us},
                  {"reference_us", timing.reference_us},     {"backend_us", timing.backend_us},
                  {"compare_us", timing.compare_us},         {"total_us", timing.total_us}};
-  j["detail"] = detail_json;
+  // The detail is a JSON object as text; it travels as the value it is.
+  if (!detail_json.empty()) {
+    json detail = json::parse(detail_json, nullptr, false);
+    j["detail"] = detail.is_discarded() ? json(detail_json) : std::move(detail);
+  }
   if (attempts != 1) j["attempts"] = attempts;
   if (flaky) j["flaky"] = true;
   if (!attempt_outcomes.empty()) {
     j["attempt_outcomes"] = json::array();
     for (Outcome o : attempt_outcomes) j["attempt_outcomes"].push_back(OutcomeName(o));
   }
-  return DumpJson(j);
+  return j;
 }
 
-Result<CaseResult> CaseResult::FromJson(std::string_view text) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return Status::Corruption("case result JSON does not parse");
+Result<CaseResult> CaseResult::FromJsonValue(const json& j) {
+  if (!j.is_object()) return Status::Corruption("case result JSON: expected an object");
   // A member of another type than written makes nlohmann's value() and get()
   // throw (fuzz/worker_protocol.cc found them): that is a corrupt result too.
   try {
@@ -85,7 +97,15 @@ Result<CaseResult> CaseResult::FromJson(std::string_view text) {
       r.timing.compare_us = t.value("compare_us", 0.0);
       r.timing.total_us = t.value("total_us", 0.0);
     }
-    r.detail_json = j.value("detail", std::string());
+    if (auto detail = j.find("detail"); detail != j.end()) {
+      if (detail->is_string()) {
+        r.detail_json = detail->get<std::string>();
+      } else if (detail->is_object()) {
+        r.detail_json = DumpJson(*detail);
+      } else if (!detail->is_null()) {
+        return Status::Corruption("case result JSON: 'detail' must be an object");
+      }
+    }
     if (auto it = j.find("attempts"); it != j.end()) {
       // A plain value<int>() converts a float with a cast, undefined beyond
       // int (fuzz_worker_protocol found 9.2e19).
@@ -108,6 +128,39 @@ Result<CaseResult> CaseResult::FromJson(std::string_view text) {
   } catch (const json::exception& e) {
     return Status::Corruption(std::string("case result JSON: ") + e.what());
   }
+}
+
+std::string CaseResult::CountersText() const { return counters.empty() ? std::string() : json(counters).dump(); }
+
+std::string CaseResult::AttemptOutcomesText() const {
+  std::string text;
+  for (Outcome o : attempt_outcomes) text += (text.empty() ? "" : ",") + std::string(OutcomeName(o));
+  return text;
+}
+
+Status CaseResult::SetCountersText(std::string_view text) {
+  counters.clear();
+  if (text.empty()) return Status::Ok();
+  const json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) return Status::Corruption("counters are not a JSON object");
+  for (const auto& [name, v] : j.items()) {
+    if (!v.is_number_integer()) return Status::Corruption("counter '" + name + "' is not an integer");
+    counters[name] = v.get<int64_t>();
+  }
+  return Status::Ok();
+}
+
+Status CaseResult::SetAttemptOutcomesText(std::string_view text) {
+  attempt_outcomes.clear();
+  for (size_t start = 0; !text.empty() && start <= text.size();) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view name = text.substr(start, comma - start);
+    auto o = OutcomeFromName(name);
+    if (!o) return Status::Corruption("unknown attempt outcome '" + std::string(name) + "'");
+    attempt_outcomes.push_back(*o);
+    start = comma + 1;
+  }
+  return Status::Ok();
 }
 
 }  // namespace coverage

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/outcome.h"
 #include "core/result.h"
 
@@ -58,6 +60,17 @@ struct CaseResult {
 
   std::string ToJson() const;
   static Result<CaseResult> FromJson(std::string_view json);
+  // The text forms a row and a report hold: counters as a compact JSON
+  // object, attempt outcomes as "crash,pass"; "" when there are none. The
+  // setters read them back; an error names what is wrong.
+  std::string CountersText() const;
+  std::string AttemptOutcomesText() const;
+  Status SetCountersText(std::string_view text);
+  Status SetAttemptOutcomesText(std::string_view text);
+  // The same form as a JSON value (the worker's reply carries it inside an
+  // object); the detail is a JSON value in it, not text.
+  nlohmann::json ToJsonValue() const;
+  static Result<CaseResult> FromJsonValue(const nlohmann::json& j);
 };
 
 }  // namespace coverage

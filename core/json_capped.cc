@@ -14,16 +14,12 @@ size_t PythonLiteralAt(std::string_view body, size_t i) {
   return 0;
 }
 
-}  // namespace
-
-Result<nlohmann::json> ParseJsonCapped(std::string_view body, const JsonParseOptions& options) {
-  // One byte scan for the nesting depth (outside strings) before parsing:
-  // cheaper than nlohmann's callback parser, which is slow on large objects.
-  // The same scan finds Python's non-finite literals.
-  int depth = 0;
-  bool in_string = false, escaped = false, has_literals = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
+// Where a scan of JSON text is: inside a string (after a backslash in it)
+// or not. The three scans below share it.
+struct StringState {
+  bool in_string = false, escaped = false;
+  // Advances over `c`; true when `c` belongs to a string, its quotes included.
+  bool Inside(char c) {
     if (in_string) {
       if (escaped) {
         escaped = false;
@@ -32,11 +28,26 @@ Result<nlohmann::json> ParseJsonCapped(std::string_view body, const JsonParseOpt
       } else if (c == '"') {
         in_string = false;
       }
-      continue;
+      return true;
     }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
+    if (c == '"') in_string = true;
+    return in_string;
+  }
+};
+
+}  // namespace
+
+Result<nlohmann::json> ParseJsonCapped(std::string_view body, const JsonParseOptions& options) {
+  // One byte scan for the nesting depth (outside strings) before parsing:
+  // cheaper than nlohmann's callback parser, which is slow on large objects.
+  // The same scan finds Python's non-finite literals.
+  int depth = 0;
+  bool has_literals = false;
+  StringState scan;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (scan.Inside(c)) continue;
+    if (c == '[' || c == '{') {
       if (++depth > options.max_depth) {
         return Status::Unsupported("JSON nested deeper than " + std::to_string(options.max_depth) + " levels");
       }
@@ -54,21 +65,13 @@ Result<nlohmann::json> ParseJsonCapped(std::string_view body, const JsonParseOpt
   // Rewrite the literals outside strings as null, then parse.
   std::string text;
   text.reserve(body.size());
-  in_string = escaped = false;
+  scan = StringState();
   for (size_t i = 0; i < body.size(); ++i) {
     const char c = body[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
+    if (scan.Inside(c)) {
       text += c;
       continue;
     }
-    if (c == '"') in_string = true;
     if (const size_t n = (c == 'N' || c == 'I' || c == '-') ? PythonLiteralAt(body, i) : 0; n > 0) {
       text += "null";
       i += n - 1;
@@ -106,26 +109,18 @@ std::optional<std::string_view> RawJsonMember(std::string_view text, std::string
   // false on text that ends inside it.
   auto skip_value = [&]() -> bool {
     int depth = 0;
-    bool in_string = false, escaped = false;
+    StringState scan;
     for (; i < text.size(); ++i) {
       const char c = text[i];
-      if (in_string) {
-        if (escaped) {
-          escaped = false;
-        } else if (c == '\\') {
-          escaped = true;
-        } else if (c == '"') {
-          in_string = false;
-          if (depth == 0) {
-            ++i;
-            return true;
-          }
+      const bool was_in_string = scan.in_string;
+      if (scan.Inside(c)) {
+        if (was_in_string && !scan.in_string && depth == 0) {  // a string value ends
+          ++i;
+          return true;
         }
         continue;
       }
-      if (c == '"') {
-        in_string = true;
-      } else if (c == '[' || c == '{') {
+      if (c == '[' || c == '{') {
         ++depth;
       } else if (c == ']' || c == '}') {
         if (depth == 0) return true;  // the end of the enclosing object
@@ -137,7 +132,7 @@ std::optional<std::string_view> RawJsonMember(std::string_view text, std::string
         return true;
       }
     }
-    return depth == 0 && !in_string;
+    return depth == 0 && !scan.in_string;
   };
   skip_space();
   if (i >= text.size() || text[i] != '{') return std::nullopt;

@@ -403,7 +403,7 @@ std::string OpCase::QualifiedName() const {
   return overload.empty() ? op : op + "." + overload;
 }
 
-std::string OpCase::ToCanonicalJson() const {
+json OpCase::ToJsonValue() const {
   json j;
   j["v"] = kOpCaseVersion;
   j["op"] = op;
@@ -411,12 +411,20 @@ std::string OpCase::ToCanonicalJson() const {
   json args = json::array();
   for (const auto& a : this->args) args.push_back(ArgToJson(a));
   j["args"] = std::move(args);
-  return j.dump();  // nlohmann::json keeps object keys sorted
+  return j;
+}
+
+std::string OpCase::ToCanonicalJson() const {
+  return ToJsonValue().dump();  // nlohmann::json keeps object keys sorted
 }
 
 Result<OpCase> OpCase::FromJson(std::string_view text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::Corruption("op case JSON does not parse");
+  return FromJsonValue(j);
+}
+
+Result<OpCase> OpCase::FromJsonValue(const json& j) {
   if (!j.is_object()) return Status::Corruption("op case JSON: expected an object");
   COV_ASSIGN_OR_RETURN(int64_t version, IntField(j, "v", 0, "op case JSON"));
   if (version != kOpCaseVersion) {

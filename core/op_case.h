@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/result.h"
 
 namespace coverage {
@@ -142,6 +144,10 @@ struct OpCase {
   std::string ToCanonicalJson() const;
   // Parses what ToCanonicalJson wrote (any key order). Errors name the field.
   static Result<OpCase> FromJson(std::string_view json);
+  // The same form as a JSON value, for messages that carry the case inside
+  // a larger object (the worker protocol): one serializer, two containers.
+  nlohmann::json ToJsonValue() const;
+  static Result<OpCase> FromJsonValue(const nlohmann::json& j);
 
   // Stable identity: the first 16 hex digits of SHA-256(ToCanonicalJson()).
   std::string Key() const;

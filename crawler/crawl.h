@@ -6,7 +6,7 @@
 // validation is rejected with its reason and the crawl goes on.
 //
 // The crawler knows no database: the sink is a seam (the registry-backed
-// one is stages/crawl_stage.h; tests use an in-memory one).
+// one is crawler/registry_sink.h; tests use an in-memory one).
 #pragma once
 
 #include <atomic>

@@ -8,15 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_double.h"
-#include "backends/backends.h"
 #include "isolation/protocol.h"
 
 namespace coverage::isolation {
-using replay::ModelCheckItemToJson;
-using replay::ProgramReplayOptions;
-using replay::ReplayExecutor;
-using replay::RunProgramStage;
-using backends::BackendVersionOf;
 namespace {
 
 using nlohmann::json;
@@ -125,7 +119,8 @@ double IsolationPolicy::TimeoutForStage(const std::string& stage) const {
   return it == stage_timeout_s.end() ? 1800 : it->second;
 }
 
-Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::string_view source) {
+Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::string_view source,
+                                                  const std::vector<std::string>& stages) {
   const std::string src(source);
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(src + ": not a JSON object");
@@ -151,8 +146,11 @@ Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::st
       if (std::string(map_key) == "op_timeout_s" && name.find("::") == std::string::npos) {
         return Status::InvalidArgument(src + ": 'op_timeout_s' key '" + name + "' must name an op such as aten::mm");
       }
-      if (std::string(map_key) == "stage_timeout_s" && name != "module" && name != "model" && name != "train") {
-        return Status::InvalidArgument(src + ": 'stage_timeout_s' key '" + name + "' is not module, model or train");
+      if (std::string(map_key) == "stage_timeout_s" && std::find(stages.begin(), stages.end(), name) == stages.end()) {
+        std::string known;
+        for (const auto& s : stages) known += (known.empty() ? "" : ", ") + s;
+        return Status::InvalidArgument(src + ": 'stage_timeout_s' key '" + name + "' is not a stage with its own timeout (" +
+                                       known + ")");
       }
       COV_ASSIGN_OR_RETURN(target[name], PositiveSeconds(value, src + ": '" + map_key + "." + name + "'"));
     }
@@ -278,7 +276,7 @@ CaseResult IsolatedCaseExecutor::RunOnce(const std::string& request, const OpCas
 }
 
 CaseResult IsolatedCaseExecutor::Run(const OpCase& op_case) {
-  const std::string request = DumpJson(json{{"unit", op_case.ToCanonicalJson()}});
+  const std::string request = DumpJson(json{{"unit", op_case.ToJsonValue()}});
   CaseResult first = RunOnce(request, op_case, 1);
   if (!harness_.ok() || !ShouldRerunCase(first.outcome)) return first;
   std::vector<Outcome> outcomes = {first.outcome};
@@ -288,7 +286,7 @@ CaseResult IsolatedCaseExecutor::Run(const OpCase& op_case) {
     // Note [Reruns]: a wrong answer runs again in the same worker first,
     // without warm calls (its latency is the first run's).
     const std::string request_again =
-        DumpJson(json{{"unit", op_case.ToCanonicalJson()}, {"again", true}});
+        DumpJson(json{{"unit", op_case.ToJsonValue()}, {"again", true}});
     CaseResult again = RunOnce(request_again, op_case, /*attempt=*/1);
     if (!harness_.ok()) return first;
     AddAttemptTiming(first.timing, again.timing);
@@ -376,60 +374,6 @@ std::vector<ModelCheckItem> IsolatedModelStageRunner::Run(const std::string& sta
     item.flaky = flaky;
   }
   return first;
-}
-
-// ---------------------------------------------------------------- worker side
-
-WorkerService::WorkerService(BackendMaker make_backend, ProgramLoader load_program)
-    : make_backend_(std::move(make_backend)), load_program_(std::move(load_program)) {}
-WorkerService::~WorkerService() = default;
-
-std::string WorkerService::Handle(const std::string& request) {
-  auto r = ParseWorkerRequest(request);
-  if (!r) return DumpJson(json{{"error", r.error().message()}});
-  if (r->kind == WorkerRequest::Kind::kSetup) return HandleSetup(r->body);
-  if (!setup_) return DumpJson(json{{"error", "the first request must be the setup"}});
-  if (r->kind == WorkerRequest::Kind::kUnit) return HandleUnit(r->op_case_json, r->again);
-  if (r->kind == WorkerRequest::Kind::kModel) return HandleModel(r->body);
-  return DumpJson(json{{"error", "unknown request: " + request.substr(0, 200)}});
-}
-
-std::string WorkerService::HandleSetup(const json& setup_json) {
-  auto setup = WorkerSetup::FromJson(setup_json);
-  if (!setup) return DumpJson(json{{"error", setup.error().message()}});
-  auto replay = setup->Replay();
-  if (!replay) return DumpJson(json{{"error", replay.error().message()}});
-  auto backend = make_backend_(setup->backend);
-  if (!backend) return DumpJson(json{{"error", backend.error().message()}});
-  backend_ = *backend;
-  setup_ = std::make_unique<WorkerSetup>(std::move(*setup));
-  replay_ = std::make_unique<ReplayExecutor>(backend_, std::move(*replay));
-  return DumpJson(json{{"ready", true}, {"backend_version", BackendVersionOf(*backend_)}});
-}
-
-std::string WorkerService::HandleUnit(const std::string& op_case_json, bool again) {
-  auto op_case = OpCase::FromJson(op_case_json);
-  if (!op_case) return DumpJson(json{{"error", op_case.error().message()}});
-  return DumpJson(json{{"result", (again ? replay_->RunAgain(*op_case) : replay_->Run(*op_case)).ToJson()}});
-}
-
-std::string WorkerService::HandleModel(const json& m) {
-  if (!m.is_object() || !m.contains("model_id") || !m["model_id"].is_string() || !m.contains("profile") ||
-      !m["profile"].is_string()) {
-    return DumpJson(json{{"error", "model request: expected an object with 'stage', 'model_id' and 'profile'"}});
-  }
-  if (!load_program_ || setup_->registry.empty()) {
-    return DumpJson(json{{"error", "model request: the worker was set up without a registry to load programs from"}});
-  }
-  auto program = load_program_(setup_->registry, m["model_id"].get<std::string>(), m["profile"].get<std::string>());
-  if (!program) return DumpJson(json{{"error", "model request: " + program.error().message()}});
-  ProgramReplayOptions options;
-  options.check = setup_->checks;
-  const std::vector<ModelCheckItem> items =
-      RunProgramStage(m.value("stage", std::string()), *program, *backend_, options);
-  json out = json::array();
-  for (const auto& item : items) out.push_back(ModelCheckItemToJson(item));
-  return DumpJson(json{{"items", out}});
 }
 
 }  // namespace coverage::isolation

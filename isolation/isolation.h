@@ -15,17 +15,18 @@
 // result is the first attempt's, with the number of attempts, each
 // attempt's outcome and whether they disagreed (flaky) recorded.
 //
-// Worker side: WorkerService answers the requests (`coverage worker`, see
-// apps/cmd_worker.cc). Messages are JSON lines:
+// Worker side: apps/worker_service.h answers the requests (`coverage
+// worker`), each test stage family its own (apps/test_stages.h). Messages
+// are JSON lines, each one object; records travel as JSON values, never as
+// JSON text inside a string:
 //   {"setup": {...WorkerSetup}}       -> {"ready": true, "backend_version": "..."} | {"error": "..."}
-//   {"unit": "<OpCase canonical JSON>"} -> {"result": "<CaseResult JSON>"}
+//   {"unit": {...OpCase}, "again": b}  -> {"result": {...CaseResult}}
 //   {"model": {stage, model_id, profile}} -> {"items": [...]}   (the worker loads the
 //                                        program from the setup's registry)
 //
 // Thread safety: each object is used by one thread.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,13 +42,8 @@
 #include "replay/replay.h"
 #include "isolation/worker.h"
 
-namespace coverage::backends {
-class Backend;  // backends/backend.h (torch-facing)
-}  // namespace coverage::backends
-
 namespace coverage::isolation {
 
-using backends::Backend;
 using replay::CaseExecutor;
 using replay::GoldenMode;
 using replay::ModelCheckItem;
@@ -76,7 +72,10 @@ struct IsolationPolicy {
   double TimeoutFor(const OpCase& op_case) const;
   double TimeoutForStage(const std::string& stage) const;
   // Parses configs/isolation.json; errors name `source` and the key.
-  static Result<IsolationPolicy> FromJson(std::string_view json, std::string_view source);
+  // `stages`: the stages stage_timeout_s may name (the test stages that run
+  // one model per request, apps/test_stages.h).
+  static Result<IsolationPolicy> FromJson(std::string_view json, std::string_view source,
+                                          const std::vector<std::string>& stages);
 };
 
 // Everything a worker needs before its first request.
@@ -169,31 +168,6 @@ class IsolatedModelStageRunner final : public ProgramStageRunner {
   std::vector<ModelCheckItem> RunOnce(const std::string& request, const std::string& stage, int attempt);
   WorkerPool pool_;
   Status harness_;
-};
-
-// The worker's side: answers one request line with one reply line. The
-// first request must be the setup; `make_backend` creates the backend it
-// names.
-class WorkerService {
- public:
-  using BackendMaker = std::function<Result<std::shared_ptr<Backend>>(const std::string& name)>;
-  // Loads a captured program: (registry path, model id, profile).
-  using ProgramLoader =
-      std::function<Result<Program>(const std::string& registry, const std::string& model_id, const std::string& profile)>;
-  WorkerService(BackendMaker make_backend, ProgramLoader load_program);
-  ~WorkerService();
-  std::string Handle(const std::string& request);
-
- private:
-  std::string HandleSetup(const nlohmann::json& setup);
-  std::string HandleUnit(const std::string& op_case_json, bool again);
-  std::string HandleModel(const nlohmann::json& model);
-
-  BackendMaker make_backend_;
-  ProgramLoader load_program_;
-  std::shared_ptr<Backend> backend_;
-  std::unique_ptr<WorkerSetup> setup_;
-  std::unique_ptr<replay::ReplayExecutor> replay_;
 };
 
 }  // namespace coverage::isolation

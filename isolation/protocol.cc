@@ -116,8 +116,8 @@ Status ParseSetupReply(std::string_view line) {
 
 Result<CaseResult> ParseUnitReply(std::string_view line) {
   json j = json::parse(line, nullptr, false);
-  if (j.is_object() && j.contains("result") && j["result"].is_string()) {
-    auto parsed = CaseResult::FromJson(j["result"].get<std::string>());
+  if (j.is_object() && j.contains("result") && j["result"].is_object()) {
+    auto parsed = CaseResult::FromJsonValue(j["result"]);
     if (!parsed) return parsed.error().WithContext("reading a worker's result");
     return parsed;
   }
@@ -143,16 +143,17 @@ Result<WorkerRequest> ParseWorkerRequest(std::string_view line) {
   if (!j.is_object()) return Status::InvalidArgument("request is not a JSON object");
   WorkerRequest r;
   if (j.contains("setup")) {
-    r.kind = WorkerRequest::Kind::kSetup;
-    r.body = std::move(j["setup"]);
-  } else if (j.contains("unit") && j["unit"].is_string()) {
-    r.kind = WorkerRequest::Kind::kUnit;
-    r.op_case_json = j["unit"].get<std::string>();
-    r.again = j.contains("again") && j["again"].is_boolean() && j["again"].get<bool>();
-  } else if (j.contains("model")) {
-    r.kind = WorkerRequest::Kind::kModel;
-    r.body = std::move(j["model"]);
+    r.kind = "setup";
+    r.body = j["setup"];
+  } else {
+    for (const auto& [name, value] : j.items()) {
+      if (!value.is_object()) continue;
+      r.kind = name;
+      r.body = value;
+      break;
+    }
   }
+  r.whole = std::move(j);
   return r;
 }
 

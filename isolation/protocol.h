@@ -27,7 +27,7 @@ namespace coverage::isolation {
 // line itself when it has none.
 Status ParseSetupReply(std::string_view line);
 
-// The reply to {"unit": ...}: the CaseResult inside {"result": "<json>"}.
+// The reply to {"unit": ...}: the CaseResult object inside {"result": {...}}.
 // Errors: Corruption (a result that does not parse, with the context
 // "reading a worker's result"); Internal for any other answer, quoting it.
 Result<CaseResult> ParseUnitReply(std::string_view line);
@@ -39,17 +39,14 @@ Result<std::vector<replay::ModelCheckItem>> ParseModelReply(std::string_view lin
 
 // ---------------------------------------------------------------- worker side
 
+// A request is a JSON object whose first object-valued member names what
+// is asked: {"setup": {...WorkerSetup}}, or the request of a test stage
+// family (apps/test_stages.h), e.g. {"unit": {...OpCase}, "again": true}
+// or {"model": {"stage": ..., "model_id": ..., "profile": ...}}.
 struct WorkerRequest {
-  enum class Kind {
-    kSetup,    // {"setup": {...WorkerSetup}}
-    kUnit,     // {"unit": "<OpCase canonical JSON>", "again": bool?}
-    kModel,    // {"model": {...}}
-    kUnknown,  // an object that is none of these
-  };
-  Kind kind = Kind::kUnknown;
-  nlohmann::json body;       // kSetup: the setup object; kModel: the model request, as sent
-  std::string op_case_json;  // kUnit
-  bool again = false;        // kUnit: the same-worker rerun (Note [Reruns])
+  std::string kind;      // "setup", a family's request name, or empty when no member is an object
+  nlohmann::json body;   // that member's value
+  nlohmann::json whole;  // the request object, for flags beside the body ("again")
 };
 
 // Errors: InvalidArgument when the line is not a JSON object.

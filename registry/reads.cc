@@ -1,5 +1,7 @@
 // Typed reads: runs and results as the stages and reports use them, outcomes
 // parsed once (Registry::GetRunOverview and the rest, registry.h).
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -27,12 +29,16 @@ constexpr const char* kResultColumns =
     "r.first_call_us, r.warm_us, r.detail_json, r.attempts, r.flaky, r.attempt_outcomes, r.warm_spread_us, "
     "r.counters_json, r.warm_min_us";
 
-Result<ResultRecord> ReadResult(const Statement& stmt, int first, const std::string& db, const std::string& run_id) {
-  ResultRecord r;
-  r.run_id = run_id;
-  r.case_id = stmt.Int(first);
-  COV_ASSIGN_OR_RETURN(r.outcome, ReadOutcome(stmt, first + 1, db, "results", run_id,
-                                               "case " + std::to_string(r.case_id)));
+// One result row back into its CaseResult (Note [Stored results] in runs.cc).
+Result<StoredResult> ReadResult(const Statement& stmt, int first, const std::string& db, const std::string& run_id) {
+  StoredResult stored;
+  stored.case_id = stmt.Int(first);
+  const std::string row = "case " + std::to_string(stored.case_id);
+  auto corrupt = [&](const std::string& what) {
+    return Status::Corruption(fmt::format("{}: results of run '{}', {}: {}", db, run_id, row, what));
+  };
+  CaseResult& r = stored.result;
+  COV_ASSIGN_OR_RETURN(r.outcome, ReadOutcome(stmt, first + 1, db, "results", run_id, row));
   r.error = stmt.Text(first + 2);
   r.max_abs_err = stmt.OptionalDouble(first + 3);
   r.max_rel_err = stmt.OptionalDouble(first + 4);
@@ -41,14 +47,23 @@ Result<ResultRecord> ReadResult(const Statement& stmt, int first, const std::str
   r.error_ratio = stmt.OptionalDouble(first + 7);
   r.first_call_us = stmt.OptionalDouble(first + 8);
   r.warm_us = stmt.OptionalDouble(first + 9);
+  // {"timing": {...}, "replay": <detail>}; a row of another shape keeps its text as the detail.
   r.detail_json = stmt.Text(first + 10);
+  const nlohmann::json detail = nlohmann::json::parse(r.detail_json, nullptr, false);
+  if (detail.is_object() && detail.contains("replay") && detail.contains("timing") && detail["timing"].is_object()) {
+    const nlohmann::json& t = detail["timing"];
+    auto number = [&](const char* key) { return t.contains(key) && t[key].is_number() ? t[key].get<double>() : 0.0; };
+    r.timing = {number("materialize_us"), number("golden_us"), number("reference_us"),
+                number("backend_us"),     number("compare_us"), number("total_us")};
+    r.detail_json = detail["replay"].is_null() ? "" : detail["replay"].dump();
+  }
   r.attempts = static_cast<int>(stmt.Int(first + 11));
   r.flaky = stmt.Int(first + 12) != 0;
-  r.attempt_outcomes = stmt.Text(first + 13);
+  if (Status s = r.SetAttemptOutcomesText(stmt.Text(first + 13)); !s.ok()) return corrupt(s.message());
   r.warm_spread_us = stmt.OptionalDouble(first + 14);
-  r.counters_json = stmt.Text(first + 15);
+  if (Status s = r.SetCountersText(stmt.Text(first + 15)); !s.ok()) return corrupt(s.message());
   r.warm_min_us = stmt.OptionalDouble(first + 16);
-  return r;
+  return stored;
 }
 
 constexpr const char* kRunOverview =
@@ -87,15 +102,15 @@ RunOverview ReadOverview(const Statement& stmt) {
 
 }  // namespace
 
-Result<std::vector<ResultRecord>> Registry::ResultsForRun(const std::string& run_id) {
+Result<std::vector<StoredResult>> Registry::ResultsForRun(const std::string& run_id) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(std::string("SELECT ") + kResultColumns +
                                                " FROM results r WHERE r.run_id = ?1 ORDER BY r.case_id"));
   stmt.Bind(1, run_id);
-  std::vector<ResultRecord> out;
+  std::vector<StoredResult> out;
   for (;;) {
     COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
     if (!row) break;
-    COV_ASSIGN_OR_RETURN(ResultRecord r, ReadResult(stmt, 0, db_->path(), run_id));
+    COV_ASSIGN_OR_RETURN(StoredResult r, ReadResult(stmt, 0, db_->path(), run_id));
     out.push_back(std::move(r));
   }
   return out;
@@ -112,8 +127,10 @@ Result<std::vector<CaseResultRow>> Registry::CaseResultsForRun(const std::string
   for (;;) {
     COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
     if (!row) break;
-    CaseResultRow c{stmt.Text(0), stmt.Text(1), stmt.Text(2), stmt.Text(3), {}};
-    COV_ASSIGN_OR_RETURN(c.result, ReadResult(stmt, 4, db_->path(), run_id));
+    CaseResultRow c{stmt.Text(0), stmt.Text(1), stmt.Text(2), stmt.Text(3), 0, {}};
+    COV_ASSIGN_OR_RETURN(StoredResult stored, ReadResult(stmt, 4, db_->path(), run_id));
+    c.case_id = stored.case_id;
+    c.result = std::move(stored.result);
     out.push_back(std::move(c));
   }
   return out;

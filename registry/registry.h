@@ -21,6 +21,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/case_result.h"
 #include "core/op_case.h"
 #include "core/outcome.h"
 #include "core/program.h"
@@ -145,25 +146,12 @@ struct RunLease {
   int64_t age_seconds = 0;    // read back: seconds since renewed_at
 };
 
-struct ResultRecord {
-  std::string run_id;
+// A unit result as stored: the CaseResult (core/case_result.h) the stage
+// recorded, bound to and read from its row directly (Note [Stored results]
+// in runs.cc). The timing breakdown travels inside the row's detail_json.
+struct StoredResult {
   int64_t case_id = 0;
-  Outcome outcome = Outcome::kPass;
-  std::string error;  // error text or skip reason; empty on pass
-  std::optional<double> max_abs_err;
-  std::optional<double> max_rel_err;
-  std::optional<double> mismatch_frac;
-  std::optional<double> cosine;
-  std::optional<double> error_ratio;
-  std::optional<double> first_call_us;
-  std::optional<double> warm_us;
-  std::string detail_json;  // per-output metrics and timing breakdown
-  int attempts = 1;               // runs of the case (1 + reruns in fresh workers)
-  bool flaky = false;             // the attempts disagreed
-  std::string attempt_outcomes;   // "crash,pass" when rerun; empty for one attempt
-  std::optional<double> warm_spread_us;
-  std::optional<double> warm_min_us;  // the fastest warm call; NULL in results stored before schema v11
-  std::string counters_json;      // backend counters during the case; empty when none
+  CaseResult result;
 };
 
 // A run as a report shows it (Registry::GetRunOverview).
@@ -191,7 +179,8 @@ struct CaseResultRow {
   std::string op;       // qualified: "aten::add.Tensor"
   std::string summary;
   std::string dtypes;   // "f32 i64"
-  ResultRecord result;
+  int64_t case_id = 0;
+  CaseResult result;
 };
 
 struct CaseSourceRow {
@@ -484,8 +473,10 @@ class Registry {
   // Case ids that already have a final result in this run: anything but
   // `skipped`, which a resumed run retries.
   Result<std::unordered_set<int64_t>> FinishedCaseIds(const std::string& run_id);
-  Status RecordResult(const ResultRecord& result);
-  Result<std::vector<ResultRecord>> ResultsForRun(const std::string& run_id);
+  // Stores case `case_id`'s result in run `run_id` and clears its in-flight
+  // mark, in one transaction.
+  Status RecordResult(const std::string& run_id, int64_t case_id, const CaseResult& result);
+  Result<std::vector<StoredResult>> ResultsForRun(const std::string& run_id);
 
   // Typed reads for reports (registry/reads.cc): outcomes are parsed once
   // here, and an unknown one is a Corruption naming the database, run and

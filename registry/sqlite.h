@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "core/result.h"
@@ -108,6 +109,17 @@ Status InTransaction(Database& db, Fn&& body) {
   if (s.ok()) s = db.Exec("COMMIT");
   if (!s.ok()) db.Exec("ROLLBACK").IgnoreError();
   return s;
+}
+
+// The first column of every row, as text.
+inline Result<std::vector<std::string>> FirstColumn(Statement& stmt) {
+  std::vector<std::string> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) break;
+    out.push_back(stmt.Text(0));
+  }
+  return out;
 }
 
 }  // namespace coverage::registry

@@ -63,6 +63,7 @@ std::string ReportToJson(const Report& report) {
   j["regressions"] = json::array();
   for (const auto& c : report.cases) {
     if (!IsRegression(c.change)) continue;
+    const CaseResult& r = c.ResultOrEmpty();
     j["regressions"].push_back({{"run_id", c.run_id},
                                 {"key", c.key},
                                 {"op", c.op},
@@ -71,24 +72,25 @@ std::string ReportToJson(const Report& report) {
                                 {"detail", c.change_detail},
                                 {"extra_changes", c.extra_changes},
                                 {"verdict", OutcomeNameOrEmpty(c.verdict)},
-                                {"baseline_outcome", OutcomeNameOrEmpty(c.baseline_outcome)},
-                                {"max_abs_err", Optional(c.max_abs_err)},
-                                {"warm_us", Optional(c.warm_us)},
+                                {"baseline_outcome", OutcomeNameOrEmpty(OutcomeOf(c.baseline))},
+                                {"max_abs_err", Optional(r.max_abs_err)},
+                                {"warm_us", Optional(r.warm_us)},
                                 {"repro", c.repro}});
   }
   j["model_regressions"] = json::array();
   for (const auto& m : report.models) {
     for (const auto& item : m.items) {
       if (!IsRegression(item.change)) continue;
-      j["model_regressions"].push_back({{"run_id", item.run_id},
+      const registry::ModelResultRecord& record = item.Record();
+      j["model_regressions"].push_back({{"run_id", item.result ? item.result->run_id : std::string()},
                                         {"model", m.model_id},
-                                        {"stage", item.stage},
-                                        {"item", item.item},
+                                        {"stage", record.stage},
+                                        {"item", record.item},
                                         {"change", ChangeName(item.change)},
                                         {"detail", item.change_detail},
                                         {"verdict", OutcomeNameOrEmpty(item.verdict)},
-                                        {"baseline_outcome", OutcomeNameOrEmpty(item.baseline_outcome)},
-                                        {"error", item.error}});
+                                        {"baseline_outcome", OutcomeNameOrEmpty(OutcomeOf(item.baseline))},
+                                        {"error", record.error}});
     }
   }
 

@@ -104,35 +104,37 @@ void WriteCase(const TestCase& tc, std::string* out) {
 }
 
 TestCase FromCase(const CaseEntry& c) {
+  const CaseResult& r = c.ResultOrEmpty();
   TestCase tc;
   tc.classname = c.op;
   tc.name = c.summary;
   tc.verdict = c.verdict;
-  tc.seconds = c.first_call_us.value_or(c.warm_us.value_or(0)) / 1e6;
-  const std::string outcome(OutcomeNameOrEmpty(c.outcome));
-  tc.message = !c.error.empty() ? FirstLine(c.error)
-               : c.max_abs_err  ? fmt::format("{}: max abs error {:.3g}", outcome, *c.max_abs_err)
+  tc.seconds = r.first_call_us.value_or(r.warm_us.value_or(0)) / 1e6;
+  const std::string outcome(OutcomeNameOrEmpty(OutcomeOf(c.result)));
+  tc.message = !r.error.empty() ? FirstLine(r.error)
+               : r.max_abs_err  ? fmt::format("{}: max abs error {:.3g}", outcome, *r.max_abs_err)
                                 : outcome;
-  tc.text = c.error;
+  tc.text = r.error;
   if (!c.change_detail.empty()) tc.text += (tc.text.empty() ? "" : "\n") + std::string(ChangeName(c.change)) + ": " + c.change_detail;
   tc.text += (tc.text.empty() ? "" : "\n") + std::string("key ") + c.key + "\nrepro: " + c.repro;
-  tc.note = Note(c.verdict, c.outcome, c.expectation);
+  tc.note = Note(c.verdict, OutcomeOf(c.result), c.expectation);
   return tc;
 }
 
 TestCase FromItem(const ModelEntry& m, const ModelItemEntry& item) {
+  const registry::ModelResultRecord& r = item.Record();
   TestCase tc;
   tc.classname = m.model_id;
-  tc.name = item.stage + ":" + item.item;
+  tc.name = r.stage + ":" + r.item;
   tc.verdict = item.verdict;
-  tc.seconds = item.seconds;
-  tc.message = !item.error.empty() ? FirstLine(item.error) : std::string(OutcomeNameOrEmpty(item.outcome));
-  tc.text = item.error;
-  if (!item.blocked_by.empty()) tc.text += (tc.text.empty() ? "" : "\n") + std::string("blocked by ") + item.blocked_by;
+  tc.seconds = r.seconds;
+  tc.message = !r.error.empty() ? FirstLine(r.error) : std::string(OutcomeNameOrEmpty(OutcomeOf(item.result)));
+  tc.text = r.error;
+  if (!r.blocked_by.empty()) tc.text += (tc.text.empty() ? "" : "\n") + std::string("blocked by ") + r.blocked_by;
   if (!item.change_detail.empty()) {
     tc.text += (tc.text.empty() ? "" : "\n") + std::string(ChangeName(item.change)) + ": " + item.change_detail;
   }
-  tc.note = Note(item.verdict, item.outcome, item.expectation);
+  tc.note = Note(item.verdict, OutcomeOf(item.result), item.expectation);
   return tc;
 }
 
@@ -146,7 +148,7 @@ std::string ReportToJUnit(const Report& report) {
   }
   for (const ModelEntry& m : report.models) {
     for (const ModelItemEntry& item : m.items) {
-      if (item.change != Change::kRemoved) Add(suites[item.stage], FromItem(m, item));
+      if (item.change != Change::kRemoved) Add(suites[item.Record().stage], FromItem(m, item));
     }
   }
   int64_t tests = 0, failures = 0, errors = 0, skipped = 0;

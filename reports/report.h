@@ -15,13 +15,11 @@
 #include <string_view>
 #include <vector>
 
+#include "core/case_result.h"
 #include "core/outcome.h"
 #include "core/result.h"
+#include "registry/registry.h"
 #include "reports/expectations.h"
-
-namespace coverage::registry {
-class Registry;
-}
 
 namespace coverage::reports {
 
@@ -92,7 +90,9 @@ struct RunInfo {
   std::string shards;  // "3 of 4 shards finished"; empty when not sharded
 };
 
-// One op case of a reported unit run, or of its baseline when removed.
+// One op case of a reported unit run, or of its baseline when removed. The
+// results are the registry's records as stored (core/case_result.h, read
+// through registry::CaseResultRow); the rest is the report's own.
 struct CaseEntry {
   std::string run_id;           // the run it belongs to ("" for removed)
   std::string key, op, summary; // op: "aten::add.Tensor"
@@ -100,25 +100,20 @@ struct CaseEntry {
   std::vector<std::string> models;    // provenance: models whose capture produced it (sorted)
   std::vector<std::string> families;  // their model types (sorted, distinct)
   std::vector<std::string> opinfos;   // OpInfos whose samples make it (`coverage import opinfo`), sorted
-  std::optional<Outcome> outcome;  // as stored (none when removed)
-  std::optional<Outcome> verdict;  // after expectations: outcome, kExpectedFailure or kUnexpectedPass
+  std::optional<CaseResult> result;   // the run's result (none when removed)
+  std::optional<Outcome> verdict;  // after expectations: the outcome, kExpectedFailure or kUnexpectedPass
   std::string expectation;      // the matching expectation's reason, if any
-  std::string error;
-  std::optional<double> max_abs_err, max_rel_err, mismatch_frac, cosine, error_ratio;
-  std::optional<double> first_call_us, warm_us, warm_spread_us, warm_min_us;
-  int attempts = 1;
-  bool flaky = false;
-  std::string attempt_outcomes;
-  std::string counters_json;
-  // The baseline's result, when there is one.
   std::string baseline_run_id;
-  std::optional<Outcome> baseline_outcome;
-  std::optional<double> baseline_max_abs_err, baseline_first_call_us, baseline_warm_us, baseline_warm_spread_us,
-      baseline_warm_min_us;
+  std::optional<CaseResult> baseline;  // the baseline's result, when it has one
   Change change = Change::kNoBaseline;
   std::string change_detail;    // "max abs error 3.2e-05 -> 4.1e-03 (128x)", "fastest warm call 12.0 us -> 30.1 us (...)"
   std::vector<std::string> extra_changes;  // drift/perf/compile names when they coexist with the main change
   std::string repro;            // the `coverage repro` command for it
+
+  // The run's result, or for a removed case an empty one (no figures, one
+  // attempt, no counters) whose outcome means nothing: read outcomes with
+  // OutcomeOf(result).
+  const CaseResult& ResultOrEmpty() const;
 };
 
 // The call a failing model item was first wrong at: the program replayed
@@ -130,19 +125,22 @@ struct FirstDivergent {
   std::optional<double> max_abs_err, error_ratio;
 };
 
-// One item of a model-level stage (module kind, "forward", "train", "*").
+// One item of a model-level stage (module kind, "forward", "train", "*"): the
+// registry's records of it as stored, and what the report makes of them.
 struct ModelItemEntry {
-  std::string run_id, stage, item, profile;
-  std::optional<Outcome> outcome, verdict;  // as for CaseEntry
-  std::string expectation, error, blocked_by;
-  std::optional<double> max_abs_err, max_rel_err, cosine, error_ratio;
-  double seconds = 0;
-  int attempts = 1;
-  bool flaky = false;
-  std::optional<Outcome> baseline_outcome;
+  std::optional<registry::ModelResultRecord> result;    // the run's (none when removed)
+  std::optional<registry::ModelResultRecord> baseline;  // the baseline's, when it has the item
+  std::optional<Outcome> verdict;  // as for CaseEntry
+  std::string expectation;
   Change change = Change::kNoBaseline;
   std::string change_detail;
-  std::optional<FirstDivergent> first_divergent;  // failing items whose first wrong call was found
+  // From the result's detail_json: failing items whose first wrong call was found.
+  std::optional<FirstDivergent> first_divergent;
+
+  // What names the item (run, stage, item, profile), its error and figures:
+  // the result, else the baseline's record (a removed item). An entry has at
+  // least one of them.
+  const registry::ModelResultRecord& Record() const;
 };
 
 struct ModelEntry {
@@ -238,7 +236,7 @@ struct Report {
 Result<Report> BuildReport(registry::Registry& registry, const ReportOptions& options);
 
 // Derives broken_ops and broken_models from cases and models (Note [What is
-// broken] in build.cc); BuildReport calls it.
+// broken] in build_finish.cc); BuildReport calls it.
 void FindBroken(Report& report);
 
 // Passing for pass rates and the matrix: the op or model works, whether or not
@@ -248,6 +246,13 @@ bool Passes(Outcome verdict);
 // How the writers spell an optional outcome: its name, or "" for none (a
 // removed case, a result without a baseline).
 std::string_view OutcomeNameOrEmpty(const std::optional<Outcome>& outcome);
+
+// The outcome of a stored result (CaseResult, registry::ModelResultRecord),
+// or none when there is none.
+template <typename Record>
+std::optional<Outcome> OutcomeOf(const std::optional<Record>& record) {
+  return record ? std::optional<Outcome>(record->outcome) : std::nullopt;
+}
 
 // Writers. Every string from the registry (model ids, error text, case
 // summaries) is escaped for its format.

@@ -23,8 +23,8 @@
 // reads as unknown; nothing in ExtractFeatures throws or aborts on any JSON
 // value. Where a feature is derived from family knowledge rather than read
 // (which families use RMSNorm under a `layer_norm_epsilon` name, which have
-// gated MLPs, post-norm encoders), features.cc keeps that knowledge in named
-// tables, each with the reason.
+// gated MLPs, post-norm encoders), that knowledge is in named tables, each
+// with the reason: selection/feature_tables.json, compiled into the library.
 //
 // Thread safety: FamilyDefaults is immutable after Load; ExtractFeatures is
 // a pure function and may run on many threads at once.

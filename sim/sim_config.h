@@ -18,7 +18,7 @@ enum class Numerics {
 enum class FaultKind { kWrongValues, kNan, kUnsupported, kError, kCrash, kAbort, kHang, kSlow };
 
 // One fault rule. An op matches when every given condition holds; see
-// Note [Sim fault matching] in sim.cc.
+// Note [Sim fault matching] in sim_faults.cc.
 struct FaultRule {
   std::string op;                             // "aten::mul.Tensor", "aten::mul" (every overload) or "*"
   std::optional<std::string> dtype;           // dtype of the first tensor argument: "f32", "bf16", "i64", ...

@@ -14,7 +14,7 @@
 #include "core/json_double.h"
 #include "core/progress.h"
 #include "registry/registry.h"
-#include "selection/features.h"
+#include "capture/selection_models.h"
 
 namespace coverage::stages {
 namespace {
@@ -184,11 +184,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
     const registry::SelectedModel& model = chosen[i];
     progress.Update(static_cast<int64_t>(i), fmt::format("{} failing | {}", failing, model.model_id));
     ++summary.models;
-    Result<selection::Features> features = Status::InvalidArgument("its features could not be read when selected");
-    if (!model.features_json.empty()) {
-      auto j = nlohmann::json::parse(model.features_json, nullptr, false);
-      if (!j.is_discarded()) features = selection::FeaturesFromJson(j);
-    }
+    const Result<std::string> structure = capture::StoredStructure(model);
     std::map<std::string, std::pair<Outcome, std::string>> earlier;  // stage -> its outcome and item
     // The module and model stages share a profile: its program is read once per model.
     std::map<std::string, Program> programs;  // profile -> program
@@ -210,14 +206,14 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
         if (IsUnexpectedFailure(earlier[stage].first)) ++failing;
         return registry.RecordModelStage(summary.run_id, model.model_id, profile_name, stage, rows);
       };
-      if (!features) {
-        rows.push_back(Skipped("no structure: " + features.error().message(), ""));
+      if (!structure) {
+        rows.push_back(Skipped("no structure: " + structure.error().message(), ""));
         COV_RETURN_IF_ERROR(record());
         continue;
       }
-      const std::string& family = features->structure;
+      const std::string& family = *structure;
       std::string why;
-      const capture::CaptureProfile* profile = ChooseProfile(options, stage, features->structure, &why);
+      const capture::CaptureProfile* profile = ChooseProfile(options, stage, *structure, &why);
       if (!profile) {
         rows.push_back(Skipped(why, family));
         COV_RETURN_IF_ERROR(record());

@@ -17,34 +17,6 @@
 namespace coverage::stages {
 namespace {
 
-registry::ResultRecord ToRecord(const std::string& run_id, int64_t case_id, const CaseResult& r) {
-  registry::ResultRecord rec;
-  rec.run_id = run_id;
-  rec.case_id = case_id;
-  rec.outcome = r.outcome;
-  rec.error = r.error;
-  rec.max_abs_err = r.max_abs_err;
-  rec.max_rel_err = r.max_rel_err;
-  rec.mismatch_frac = r.mismatch_frac;
-  rec.cosine = r.cosine;
-  rec.error_ratio = r.error_ratio;
-  rec.first_call_us = r.first_call_us;
-  rec.warm_us = r.warm_us;
-  rec.detail_json = fmt::format(R"({{"timing":{{"materialize_us":{:.1f},"golden_us":{:.1f},"reference_us":{:.1f},)"
-                                R"("backend_us":{:.1f},"compare_us":{:.1f},"total_us":{:.1f}}},"replay":{}}})",
-                                r.timing.materialize_us, r.timing.golden_us, r.timing.reference_us, r.timing.backend_us,
-                                r.timing.compare_us, r.timing.total_us, r.detail_json.empty() ? "null" : r.detail_json);
-  rec.warm_spread_us = r.warm_spread_us;
-  rec.warm_min_us = r.warm_min_us;
-  if (!r.counters.empty()) rec.counters_json = nlohmann::json(r.counters).dump();
-  rec.attempts = r.attempts;
-  rec.flaky = r.flaky;
-  for (Outcome o : r.attempt_outcomes) {
-    rec.attempt_outcomes += (rec.attempt_outcomes.empty() ? "" : ",") + std::string(OutcomeName(o));
-  }
-  return rec;
-}
-
 // Why case `c` is over a cost cap of `options`, or empty when it is not.
 std::string CostCapReason(const registry::StoredCase& c, const UnitStageOptions& options) {
   if (options.max_case_flops && c.cost.flops > *options.max_case_flops) {
@@ -193,7 +165,7 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::Case
       summary.compute_seconds += result.timing.ComputeUs() / 1e6;
     }
     if (IsUnexpectedFailure(result.outcome)) ++failures;
-    COV_RETURN_IF_ERROR(registry.RecordResult(ToRecord(summary.run_id, c.case_id, result)));
+    COV_RETURN_IF_ERROR(registry.RecordResult(summary.run_id, c.case_id, result));
     progress.Update(static_cast<int64_t>(i + 1), fmt::format("{} failing | {}", failures, c.op_case.QualifiedName()),
                     work_before[i + 1] / work_before.back());
   }
@@ -206,10 +178,10 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::Case
   for (const auto& r : results) {
     auto it = by_id.find(r.case_id);
     if (it == by_id.end()) continue;  // outside this invocation's filter
-    ++summary.per_op[it->second->op_case.QualifiedName()].counts[r.outcome];
-    ++summary.totals.counts[r.outcome];
-    summary.flaky += r.flaky;
-    summary.rerun += r.attempts > 1;
+    ++summary.per_op[it->second->op_case.QualifiedName()].counts[r.result.outcome];
+    ++summary.totals.counts[r.result.outcome];
+    summary.flaky += r.result.flaky;
+    summary.rerun += r.result.attempts > 1;
   }
   COV_RETURN_IF_ERROR(run.Finish(summary.interrupted));
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

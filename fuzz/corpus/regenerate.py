@@ -150,17 +150,17 @@ def main():
         "model_request": {"model": {"stage": "model", "model_id": "tiny/llama", "profile": "prefill"}},
         "ready_reply": {"ready": True, "backend_version": "sim 0.1 (libtorch 2.13.0)"},
         "error_reply": {"error": "unknown backend 'nope' (known: cpu, cuda, sim)"},
-        "unit_result_reply": {"result": compact({
+        "unit_result_reply": {"result": {
             "outcome": "mismatch", "error": "output 0: 12 of 4096 elements outside rtol=1.3e-06 atol=1e-05",
             "max_abs_err": 0.0034, "max_rel_err": 0.0127, "mismatch_frac": 0.0029, "cosine": 0.99999,
             "error_ratio": 41.5, "first_call_us": 812.0, "warm_us": 95.5, "warm_spread_us": 4.0,
             "counters": {"allocations": 3, "fallbacks": 0},
             "timing": {"materialize_us": 40.0, "golden_us": 120.0, "reference_us": 88.0, "backend_us": 1100.0,
                        "compare_us": 30.0, "total_us": 1400.0},
-            "detail": "{\"outputs\":[{\"index\":0}]}", "attempts": 2, "flaky": False,
-            "attempt_outcomes": ["mismatch", "mismatch"]})},
-        "unit_pass_reply": {"result": compact({"outcome": "pass", "error": "", "max_abs_err": 0, "cosine": 1,
-                                               "timing": {"total_us": 210.5}, "detail": ""})},
+            "detail": {"outputs": [{"index": 0}]}, "attempts": 2, "flaky": False,
+            "attempt_outcomes": ["mismatch", "mismatch"]}},
+        "unit_pass_reply": {"result": {"outcome": "pass", "error": "", "max_abs_err": 0, "cosine": 1,
+                                       "timing": {"total_us": 210.5}}},
         "model_items_reply": {"items": [
             {"item": "forward", "outcome": "mismatch", "error": "cosine 0.93 below 0.99", "max_abs_err": 0.41,
              "max_rel_err": 2.5, "cosine": 0.93, "error_ratio": "inf", "values_compared": True,
@@ -172,7 +172,7 @@ def main():
         write("worker_protocol", name + ".json", json.dumps(obj, separators=(",", ":")))
     for c in cases[:4]:
         write("worker_protocol", f"unit_request_{c['op'].split('::')[1]}.json",
-              json.dumps({"unit": compact(c), "again": c is cases[0]}, separators=(",", ":")))
+              json.dumps({"unit": c, "again": c is cases[0]}, sort_keys=True, separators=(",", ":")))
 
     # Hub listing pages and entries in the wire format (tools/hub-replay/catalog.cc).
     models = jsonl("data/hub/models.jsonl")

@@ -111,7 +111,7 @@ models --stage module,model,train --run m1 >"$TMP/m2.out" 2>&1
 check "resuming a finished run runs nothing" contains "$TMP/m2.out" ", 0 stage runs now"
 models --stage unit,model >"$TMP/m3.out" 2>&1
 check "unit with model stages is refused" test $? -eq 2
-check "the refusal says unit runs alone" contains "$TMP/m3.out" "unit runs alone"
+check "the refusal says they run apart" contains "$TMP/m3.out" "run in separate invocations"
 models --stage model --profile nope >"$TMP/m4.out" 2>&1
 check "an unknown profile is refused" test $? -eq 2
 check "the refusal names the profile" contains "$TMP/m4.out" "'nope'"

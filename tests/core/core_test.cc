@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "core/case_result.h"
 #include "core/cost.h"
@@ -219,7 +220,7 @@ TEST(CaseResult, MemberOfAnotherTypeIsCorruptionNotAnException) {
   for (const char* text : {R"({"outcome": "pass", "error": 3})", R"({"outcome": 1})",
                            R"({"outcome": "pass", "timing": {"total_us": "slow"}})",
                            R"({"outcome": "pass", "attempts": "two"})", R"({"outcome": "pass", "flaky": 1})",
-                           R"({"outcome": "pass", "detail": {}})",
+                           R"({"outcome": "pass", "detail": 3})", R"({"outcome": "pass", "detail": [1]})",
                            // fuzz_worker_protocol: a float for an integer was converted with a cast (undefined)
                            R"({"outcome": "pass", "attempts": 9.22337e+19})", R"({"outcome": "pass", "attempts": 2.5})",
                            R"({"outcome": "pass", "attempts": 0})",
@@ -319,4 +320,25 @@ TEST(Quoting, ShellWordsAndSqlLiteralsSurvivePasting) {
 }
 
 }  // namespace
+// Worker messages carry records as JSON values (Note [Test stages] in
+// apps/test_stages.h): one serializer each, the value and the text agree.
+TEST(Records, AnOpCaseAndACaseResultTravelAsJsonValues) {
+  const OpCase c = testing::MmCase(2, 3, 4);
+  EXPECT_EQ(c.ToJsonValue().dump(), c.ToCanonicalJson());
+  auto back = OpCase::FromJsonValue(c.ToJsonValue());
+  ASSERT_TRUE(back.has_value()) << back.error().ToString();
+  EXPECT_EQ(back->Key(), c.Key());
+  EXPECT_FALSE(OpCase::FromJsonValue(nlohmann::json::array()).has_value());
+
+  CaseResult r;
+  r.outcome = Outcome::kMismatch;
+  r.detail_json = R"({"golden":true,"outputs":[{"outcome":"mismatch","output":0}]})";  // as nlohmann writes it
+  const nlohmann::json value = r.ToJsonValue();
+  ASSERT_TRUE(value["detail"].is_object()) << value.dump();  // a value, not JSON text in a string
+  auto again = CaseResult::FromJsonValue(value);
+  ASSERT_TRUE(again.has_value()) << again.error().ToString();
+  EXPECT_EQ(again->detail_json, r.detail_json);
+  EXPECT_EQ(again->outcome, Outcome::kMismatch);
+}
+
 }  // namespace coverage

@@ -39,7 +39,7 @@ TEST(WorkerProtocol, SetupReplyOfAnyShapeIsReadyOrAnError) {
 }
 
 TEST(WorkerProtocol, RepliesOfAnotherShapeAreErrorValues) {
-  EXPECT_EQ(ParseUnitReply(R"({"result": "{\"outcome\": \"pass\", \"error\": []}"})").error().code(),
+  EXPECT_EQ(ParseUnitReply(R"({"result": {"outcome": "pass", "error": []}})").error().code(),
             StatusCode::kCorruption);
   EXPECT_EQ(ParseUnitReply(R"({"result": 3})").error().code(), StatusCode::kInternal);
   for (const char* line : {R"({"items": [{"item": 3, "outcome": "pass"}]})",
@@ -251,9 +251,8 @@ IsolationOptions ScriptedWorker(const std::string& body, int reruns) {
   return o;
 }
 
-constexpr const char* kPass = "echo '{\"result\":\"{\\\"outcome\\\":\\\"pass\\\",\\\"error\\\":\\\"\\\"}\"}' >&3";
-constexpr const char* kMismatch =
-    "echo '{\"result\":\"{\\\"outcome\\\":\\\"mismatch\\\",\\\"error\\\":\\\"off by one\\\"}\"}' >&3";
+constexpr const char* kPass = R"(echo '{"result":{"outcome":"pass","error":""}}' >&3)";
+constexpr const char* kMismatch = R"(echo '{"result":{"outcome":"mismatch","error":"off by one"}}' >&3)";
 
 TEST(IsolatedCaseExecutor, APassingCaseRunsOnceInTheLongLivedWorker) {
   IsolatedCaseExecutor e(ScriptedWorker(kPass, 3));
@@ -364,8 +363,7 @@ TEST(IsolatedCaseExecutor, AWrongAnswerReproducedExactlyIsConsistentAfterOneReru
 // A rerun's op compute is the case's too.
 TEST(IsolatedCaseExecutor, ARerunsTimeIsAddedToTheCase) {
   IsolatedCaseExecutor e(ScriptedWorker(
-      "echo '{\"result\":\"{\\\"outcome\\\":\\\"mismatch\\\",\\\"error\\\":\\\"off\\\","
-      "\\\"timing\\\":{\\\"backend_us\\\":10,\\\"total_us\\\":30}}\"}' >&3",
+      R"(echo '{"result":{"outcome":"mismatch","error":"off","timing":{"backend_us":10,"total_us":30}}}' >&3)",
       3));
   ASSERT_TRUE(e.Start().ok());
   CaseResult r = e.Run(testing::MulCase({2, 3}));
@@ -379,7 +377,7 @@ TEST(IsolatedCaseExecutor, ARerunsTimeIsAddedToTheCase) {
 // rerun to fresh workers and uses every rerun.
 TEST(IsolatedCaseExecutor, AWrongAnswerThatChangesBetweenAttemptsUsesEveryRerun) {
   IsolatedCaseExecutor e(ScriptedWorker(
-      R"(n=$((n+1)); printf '{"result":"{\\"outcome\\":\\"mismatch\\",\\"error\\":\\"off by %s.%s\\"}"}\n' "$COVERAGE_ATTEMPT" "$n" >&3)",
+      R"(n=$((n+1)); printf '{"result":{"outcome":"mismatch","error":"off by %s.%s"}}\n' "$COVERAGE_ATTEMPT" "$n" >&3)",
       3));
   ASSERT_TRUE(e.Start().ok());
   CaseResult r = e.Run(testing::MulCase({2, 3}));
@@ -414,7 +412,7 @@ TEST(IsolationPolicy, ParsesTheShippedConfigAndOverridesPerOp) {
   auto p = IsolationPolicy::FromJson(
       R"({"timeout_s": 30, "op_timeout_s": {"aten::mm": 90, "aten::add.Tensor": 5}, "reruns": 2,
           "stage_timeout_s": {"train": 100}})",
-      "isolation.json");
+      "isolation.json", {"module", "model", "train"});
   ASSERT_TRUE(p.has_value()) << p.error().ToString();
   EXPECT_EQ(p->TimeoutFor(testing::MmCase(2, 2, 2)), 90);
   EXPECT_EQ(p->TimeoutFor(testing::MulCase({2})), 30);
@@ -431,7 +429,7 @@ TEST(IsolationPolicy, BadValuesNameTheFileAndKey) {
            {R"({"stage_timeout_s": {"unit": 3}})", "'unit'"},
            {R"({"timeouts": 3})", "unknown key 'timeouts'"},
            {"[", "not a JSON object"}}) {
-    auto p = IsolationPolicy::FromJson(text, "conf/iso.json");
+    auto p = IsolationPolicy::FromJson(text, "conf/iso.json", {"module", "model", "train"});
     ASSERT_FALSE(p.has_value()) << text;
     EXPECT_NE(p.error().message().find("conf/iso.json"), std::string::npos) << p.error().ToString();
     EXPECT_NE(p.error().message().find(expected), std::string::npos) << p.error().ToString();

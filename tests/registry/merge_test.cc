@@ -37,10 +37,10 @@ class Merge : public ::testing::Test {
     ASSERT_TRUE(r->CreateOrResumeRun(run, nullptr).has_value());
     ASSERT_TRUE(r->StartShard("R", index, 2, "host", run.started_at).ok());
     for (size_t i = index; i < ids_.size(); i += 2) {
-      ResultRecord res{.run_id = "R", .case_id = ids_[i], .outcome = i % 3 ? Outcome::kPass : Outcome::kMismatch,
-                       .max_abs_err = 0.5 * i, .attempts = i == 4 ? 2 : 1, .flaky = i == 4,
-                       .attempt_outcomes = i == 4 ? "mismatch,pass" : "", .warm_min_us = 10.0 + i};
-      ASSERT_TRUE(r->RecordResult(res).ok());
+      CaseResult res{.outcome = i % 3 ? Outcome::kPass : Outcome::kMismatch, .max_abs_err = 0.5 * i,
+                     .warm_min_us = 10.0 + i, .attempts = i == 4 ? 2 : 1, .flaky = i == 4};
+      if (i == 4) res.attempt_outcomes = {Outcome::kMismatch, Outcome::kPass};
+      ASSERT_TRUE(r->RecordResult("R", ids_[i], res).ok());
     }
     ASSERT_TRUE(r->FinishShard("R", index, 2, "2026-11-30T05:00:00Z").ok());
   }
@@ -93,11 +93,10 @@ TEST_F(Merge, ShardsMergeIntoOneFinishedRunAndMergingTwiceChangesNothing) {
   auto whole = Open("base.db");
   ASSERT_TRUE(whole->CreateOrResumeRun({.run_id = "R", .stage = "unit", .backend = "sim", .started_at = "t"}, nullptr));
   for (size_t i = 0; i < ids_.size(); ++i) {
-    ASSERT_TRUE(whole->RecordResult({.run_id = "R", .case_id = ids_[i],
-                                     .outcome = i % 3 ? Outcome::kPass : Outcome::kMismatch, .max_abs_err = 0.5 * i,
-                                     .attempts = i == 4 ? 2 : 1, .flaky = i == 4,
-                                     .attempt_outcomes = i == 4 ? "mismatch,pass" : "", .warm_min_us = 10.0 + i})
-                    .ok());
+    CaseResult res{.outcome = i % 3 ? Outcome::kPass : Outcome::kMismatch, .max_abs_err = 0.5 * i,
+                   .warm_min_us = 10.0 + i, .attempts = i == 4 ? 2 : 1, .flaky = i == 4};
+    if (i == 4) res.attempt_outcomes = {Outcome::kMismatch, Outcome::kPass};
+    ASSERT_TRUE(whole->RecordResult("R", ids_[i], res).ok());
   }
   EXPECT_EQ(Dump(*whole), once);
 
@@ -121,7 +120,7 @@ TEST_F(Merge, ASkippedResultIsReplacedByTheShardsRealOneAndTheSourceIsOnlyRead) 
     // model stage skipped whole.
     ASSERT_TRUE(merged->CreateOrResumeRun({.run_id = "R", .stage = "unit", .backend = "sim", .started_at = "t",
                                            .config_json = R"({"replay":{"seed":0}})"}, nullptr));
-    ASSERT_TRUE(merged->RecordResult({.run_id = "R", .case_id = ids_[0], .outcome = Outcome::kSkipped,
+    ASSERT_TRUE(merged->RecordResult("R", ids_[0], CaseResult{.outcome = Outcome::kSkipped,
                                       .error = "over the cost cap"}).ok());
     ASSERT_TRUE(merged->RecordModelStage("R", "m/x", "prefill", "model",
                                          {{.item = "*", .outcome = Outcome::kSkipped, .error = "cap"}}).ok());
@@ -147,7 +146,7 @@ TEST_F(Merge, CasesTheTargetLacksAreCopiedByKey) {
   {
     auto s0 = Open("s0.db");
     int64_t extra = *s0->UpsertCase(MmCase(99, 2, 2), {});
-    ASSERT_TRUE(s0->RecordResult({.run_id = "R", .case_id = extra, .outcome = Outcome::kCrash, .error = "SIGSEGV"}).ok());
+    ASSERT_TRUE(s0->RecordResult("R", extra, CaseResult{.outcome = Outcome::kCrash, .error = "SIGSEGV"}).ok());
   }
   std::filesystem::remove(dir_.File("merged.db"));
   auto empty = Open("merged.db");  // a new registry
@@ -166,7 +165,7 @@ TEST_F(Merge, DifferentRowsAreConflictsKeptAsTheyWere) {
   ASSERT_TRUE(merged->MergeFrom(dir_.File("s0.db")).has_value());
   {
     auto s0 = Open("s0.db");
-    ASSERT_TRUE(s0->RecordResult({.run_id = "R", .case_id = ids_[0], .outcome = Outcome::kTimeout}).ok());
+    ASSERT_TRUE(s0->RecordResult("R", ids_[0], CaseResult{.outcome = Outcome::kTimeout}).ok());
   }
   auto m = merged->MergeFrom(dir_.File("s0.db"));
   ASSERT_TRUE(m.has_value());
@@ -208,7 +207,7 @@ TEST(InFlight, AMarkIsClearedWithItsResultOnly) {
   ASSERT_TRUE(r->CreateOrResumeRun({.run_id = "R", .stage = "unit", .backend = "cpu", .started_at = "t"}, nullptr));
   ASSERT_TRUE(r->MarkInFlight("R", "case:" + std::to_string(a), "h", 1).ok());
   ASSERT_TRUE(r->MarkInFlight("R", "case:" + std::to_string(b), "h", 1).ok());
-  ASSERT_TRUE(r->RecordResult({.run_id = "R", .case_id = a, .outcome = Outcome::kPass}).ok());
+  ASSERT_TRUE(r->RecordResult("R", a, CaseResult{.outcome = Outcome::kPass}).ok());
   EXPECT_EQ(*r->InFlight("R"), std::vector<std::string>{"case:" + std::to_string(b)});
   ASSERT_TRUE(r->RecordModelStage("R", "m/x", "prefill", "model", {{.item = "forward"}}).ok());
   ASSERT_TRUE(r->MarkInFlight("R", "model:m/x:train", "h", 1).ok());

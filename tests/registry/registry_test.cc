@@ -110,7 +110,7 @@ TEST(Registry, PruningKeepsCasesWithSourcesOrResults) {
   int64_t orphan = *r->UpsertCase(MmCase(4, 4, 4), {});
   ASSERT_TRUE(r->AddCaseSource(sourced, {"m/a", "x", "", "p", 0, 1}).ok());
   ASSERT_TRUE(r->CreateOrResumeRun({.run_id = "r", .stage = "unit", .backend = "cpu", .started_at = "t"}, nullptr));
-  ASSERT_TRUE(r->RecordResult({.run_id = "r", .case_id = judged, .outcome = Outcome::kPass}).ok());
+  ASSERT_TRUE(r->RecordResult("r", judged, CaseResult{.outcome = Outcome::kPass}).ok());
   EXPECT_EQ(*r->PruneOrphanCases(), 1);
   EXPECT_FALSE((*r->GetCaseByKey(MmCase(4, 4, 4).Key())).has_value());
   EXPECT_EQ(*r->CountCases(), 2);
@@ -440,15 +440,33 @@ TEST(Registry, RecordingAResultTwiceReplacesIt) {
   int64_t id = *r->UpsertCase(MmCase(2, 2, 2), {});
   RunRecord run{.run_id = "r1", .stage = "unit", .backend = "cpu", .started_at = "t"};
   ASSERT_TRUE(r->CreateOrResumeRun(run, nullptr).has_value());
-  ResultRecord res{.run_id = "r1", .case_id = id, .outcome = Outcome::kError, .error = "first"};
-  ASSERT_TRUE(r->RecordResult(res).ok());
+  CaseResult res{.outcome = Outcome::kError, .error = "first"};
+  ASSERT_TRUE(r->RecordResult("r1", id, res).ok());
   res.outcome = Outcome::kMismatch;
   res.max_abs_err = 0.25;
-  ASSERT_TRUE(r->RecordResult(res).ok());
+  res.counters = {{"compiles", 2}};
+  res.attempts = 2;
+  res.attempt_outcomes = {Outcome::kMismatch, Outcome::kMismatch};
+  res.timing.backend_us = 12.5;
+  res.detail_json = R"({"golden":false,"outputs":[]})";
+  ASSERT_TRUE(r->RecordResult("r1", id, res).ok());
   auto results = r->ResultsForRun("r1");
   ASSERT_EQ(results->size(), 1u);
-  EXPECT_EQ((*results)[0].outcome, Outcome::kMismatch);
-  EXPECT_DOUBLE_EQ(*(*results)[0].max_abs_err, 0.25);
+  // The record comes back as it went in (Note [Stored results]).
+  const CaseResult& back = (*results)[0].result;
+  EXPECT_EQ((*results)[0].case_id, id);
+  EXPECT_EQ(back.outcome, Outcome::kMismatch);
+  EXPECT_DOUBLE_EQ(*back.max_abs_err, 0.25);
+  EXPECT_EQ(back.counters, res.counters);
+  EXPECT_EQ(back.attempt_outcomes, res.attempt_outcomes);
+  EXPECT_DOUBLE_EQ(back.timing.backend_us, 12.5);
+  EXPECT_EQ(back.detail_json, res.detail_json);
+  auto stored = r->Query("SELECT detail_json, counters_json, attempt_outcomes FROM results");
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_EQ(stored->rows[0][0], R"({"timing":{"materialize_us":0.0,"golden_us":0.0,"reference_us":0.0,"backend_us":12.5,)"
+                                R"("compare_us":0.0,"total_us":0.0},"replay":{"golden":false,"outputs":[]}})");
+  EXPECT_EQ(stored->rows[0][1], R"({"compiles":2})");
+  EXPECT_EQ(stored->rows[0][2], "mismatch,mismatch");
   EXPECT_EQ(*r->FinishedCaseIds("r1"), std::unordered_set<int64_t>{id});
 }
 
@@ -463,7 +481,7 @@ TEST(Registry, TypedReadsForReportsParseOutcomesAndNameCorruptRows) {
   for (const char* run_id : {"r1", "r2"}) {
     RunRecord run{.run_id = run_id, .stage = "unit", .backend = "cpu", .started_at = run_id};
     ASSERT_TRUE(r->CreateOrResumeRun(run, nullptr).has_value());
-    ASSERT_TRUE(r->RecordResult({.run_id = run_id, .case_id = id, .outcome = Outcome::kMismatch, .max_abs_err = 0.5})
+    ASSERT_TRUE(r->RecordResult(run_id, id, CaseResult{.outcome = Outcome::kMismatch, .max_abs_err = 0.5})
                     .ok());
     ASSERT_TRUE(r->FinishRun(run_id, std::string(run_id) + "z").ok());
   }
@@ -518,9 +536,9 @@ TEST(Registry, ViewsAnswerTheCommonQuestions) {
   int64_t add = *r->UpsertCase(AddCase({2}), {});
   for (int64_t id : {mm, mm2, add}) ASSERT_TRUE(r->AddCaseSource(id, {"m/a", "x", "", "p", 0, 1}).ok());
   ASSERT_TRUE(r->CreateOrResumeRun({.run_id = "r", .stage = "unit", .backend = "cpu", .started_at = "t"}, nullptr));
-  ASSERT_TRUE(r->RecordResult({.run_id = "r", .case_id = mm, .outcome = Outcome::kMismatch}).ok());
-  ASSERT_TRUE(r->RecordResult({.run_id = "r", .case_id = mm2, .outcome = Outcome::kMismatch}).ok());
-  ASSERT_TRUE(r->RecordResult({.run_id = "r", .case_id = add, .outcome = Outcome::kPass}).ok());
+  ASSERT_TRUE(r->RecordResult("r", mm, CaseResult{.outcome = Outcome::kMismatch}).ok());
+  ASSERT_TRUE(r->RecordResult("r", mm2, CaseResult{.outcome = Outcome::kMismatch}).ok());
+  ASSERT_TRUE(r->RecordResult("r", add, CaseResult{.outcome = Outcome::kPass}).ok());
   auto per_op = r->Query("SELECT op, cases, models FROM v_cases_per_op ORDER BY op");
   ASSERT_EQ(per_op->rows.size(), 2u);
   EXPECT_EQ(per_op->rows[1], (std::vector<std::string>{"aten::mm", "2", "1"}));
@@ -537,7 +555,7 @@ TEST(Registry, ForeignKeysRejectResultsForUnknownRuns) {
   TempDir dir;
   auto r = OpenFresh(dir);
   int64_t id = *r->UpsertCase(MmCase(2, 2, 2), {});
-  Status s = r->RecordResult({.run_id = "no-such-run", .case_id = id, .outcome = Outcome::kPass});
+  Status s = r->RecordResult("no-such-run", id, CaseResult{.outcome = Outcome::kPass});
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("FOREIGN KEY"), std::string::npos) << s.message();
 }

@@ -29,7 +29,6 @@ namespace {
 
 using registry::ModelResultRecord;
 using registry::Registry;
-using registry::ResultRecord;
 using testing::AddCase;
 using testing::BoolArg;
 using testing::DoubleArg;
@@ -87,9 +86,7 @@ class ReportBuild : public ::testing::Test {
     }
   }
   void Record(const std::string& run, int64_t case_id, Outcome outcome, Numbers n = {}, const std::string& error = "") {
-    ResultRecord r;
-    r.run_id = run;
-    r.case_id = case_id;
+    CaseResult r;
     r.outcome = outcome;
     r.error = error;
     r.max_abs_err = n.err;
@@ -97,7 +94,7 @@ class ReportBuild : public ::testing::Test {
     r.warm_spread_us = n.spread;
     r.first_call_us = n.first;
     r.warm_min_us = n.fastest;
-    ASSERT_TRUE(reg_->RecordResult(r).ok());
+    ASSERT_TRUE(reg_->RecordResult(run, case_id, r).ok());
   }
   // Items of one (run, model, stage): {item, outcome, max_abs_err}.
   void Stage(const std::string& run, const std::string& model, const std::string& stage,
@@ -149,7 +146,7 @@ class ReportBuild : public ::testing::Test {
   static const ModelItemEntry& ItemOf(const Report& report, const std::string& model, const std::string& stage,
                                       const std::string& item) {
     for (const auto& i : ModelOf(report, model).items) {
-      if (i.stage == stage && i.item == item) return i;
+      if (i.Record().stage == stage && i.Record().item == item) return i;
     }
     ADD_FAILURE() << "no item " << stage << ":" << item << " of " << model;
     static const ModelItemEntry kNone;
@@ -204,7 +201,8 @@ TEST_F(ReportBuild, EveryChangeOfAnOpCase) {
   EXPECT_EQ(Entry(r, new_case).change, Change::kNewCase);
   EXPECT_EQ(Entry(r, removed).change, Change::kRemoved);
   EXPECT_EQ(Entry(r, removed).run_id, "");
-  EXPECT_EQ(Entry(r, removed).baseline_outcome, Outcome::kPass);
+  EXPECT_FALSE(Entry(r, removed).result.has_value());
+  EXPECT_EQ(OutcomeOf(Entry(r, removed).baseline), Outcome::kPass);
   EXPECT_EQ(Entry(r, drift).change, Change::kDrift);
   EXPECT_EQ(Entry(r, drift).change_detail, "max abs error 1.0e-05 -> 1.0e-03 (100x)");
   EXPECT_EQ(Entry(r, slower).change, Change::kPerfRegression);
@@ -216,7 +214,8 @@ TEST_F(ReportBuild, EveryChangeOfAnOpCase) {
   EXPECT_EQ(Entry(r, both).change, Change::kDrift);
   EXPECT_EQ(Entry(r, both).extra_changes, std::vector<std::string>{"perf_regression"});
   EXPECT_NE(Entry(r, both).change_detail.find("warm 100.0 us -> 150.0 us"), std::string::npos);
-  EXPECT_EQ(Entry(r, slower).baseline_warm_us, 100);
+  ASSERT_TRUE(Entry(r, slower).baseline.has_value());
+  EXPECT_EQ(Entry(r, slower).baseline->warm_us, 100);
 
   EXPECT_EQ(r.CountOf(Change::kNewFailure), 1);
   EXPECT_EQ(r.CountOf(Change::kDrift), 2);
@@ -261,7 +260,8 @@ TEST_F(ReportBuild, PerformanceIsJudgedOnTheFastestCallsSoOneDisturbedRunHidesNo
   EXPECT_EQ(Entry(r, disturbed_now).change, Change::kUnchanged);
   EXPECT_EQ(Entry(r, faster).change, Change::kPerfImprovement);
   EXPECT_EQ(Entry(r, old).change, Change::kUnchanged) << Entry(r, old).change_detail;
-  EXPECT_EQ(Entry(r, one).baseline_warm_min_us, 19);
+  ASSERT_TRUE(Entry(r, one).baseline.has_value());
+  EXPECT_EQ(Entry(r, one).baseline->warm_min_us, 19);
 
   const auto base = WarmTimingOf(20.0, 19.0, 90981.0);
   ASSERT_TRUE(base.has_value());
@@ -582,7 +582,9 @@ TEST_F(ReportBuild, EveryChangeOfAModelItem) {
   EXPECT_EQ(ItemOf(r, "org/a", "module", "new").change, Change::kNewCase);
   EXPECT_EQ(ItemOf(r, "org/a", "module", "gone").change, Change::kRemoved);
   EXPECT_EQ(ItemOf(r, "org/b", "model", "forward").change, Change::kRemoved);
-  EXPECT_EQ(ItemOf(r, "org/a", "module", "attention").baseline_outcome, Outcome::kPass);
+  EXPECT_EQ(OutcomeOf(ItemOf(r, "org/a", "module", "attention").baseline), Outcome::kPass);
+  EXPECT_FALSE(ItemOf(r, "org/a", "module", "gone").result.has_value());
+  EXPECT_EQ(ItemOf(r, "org/a", "module", "gone").Record().run_id, "base");
   const ModelEntry& a = ModelOf(r, "org/a");
   EXPECT_TRUE(a.failing);
   EXPECT_EQ(a.family, "decoder");

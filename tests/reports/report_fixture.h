@@ -18,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "core/case_result.h"
 #include "core/outcome.h"
+#include "registry/registry.h"
 #include "reports/report.h"
 
 namespace coverage::testing {
@@ -42,6 +44,25 @@ inline std::string CaseKey(int i) {
 
 inline bool FailsUnexpectedly(std::optional<Outcome> verdict) { return verdict && IsUnexpectedFailure(*verdict); }
 
+inline CaseResult ResultOf(Outcome outcome) {
+  CaseResult r;
+  r.outcome = outcome;
+  return r;
+}
+
+// A model item's record as the registry stores it.
+inline registry::ModelResultRecord ItemRecord(std::string run_id, std::string model_id, std::string stage,
+                                              std::string item, std::string profile, Outcome outcome) {
+  registry::ModelResultRecord r;
+  r.run_id = std::move(run_id);
+  r.model_id = std::move(model_id);
+  r.stage = std::move(stage);
+  r.item = std::move(item);
+  r.profile = std::move(profile);
+  r.outcome = outcome;
+  return r;
+}
+
 // Fills the aggregate fields (stages, matrix, changes, blockers, root
 // causes, order) from cases and models the way BuildReport defines them, so
 // the fixture is self-consistent.
@@ -55,7 +76,7 @@ inline void Aggregate(reports::Report& report) {
     summary.total++;
   };
   for (const auto& c : report.cases) {
-    if (!c.outcome) continue;  // removed
+    if (!c.result) continue;  // removed
     count("unit", *c.verdict);
     for (const auto& family : c.families) {
       auto& cell = report.matrix[family]["unit"];
@@ -152,7 +173,7 @@ inline reports::Report SmallReport() {
     c.op = std::move(op);
     c.summary = std::move(summary);
     c.dtypes = "f32";
-    c.outcome = outcome;
+    if (outcome) c.result = internal::ResultOf(*outcome);
     c.verdict = verdict;
     c.change = change;
     c.baseline_run_id = "nightly-41-unit";
@@ -162,49 +183,54 @@ inline reports::Report SmallReport() {
   };
   auto& mm = add_case("k-mm", "aten::mm", "f32[512x2048] @ f32[2048x2048]", Outcome::kMismatch, Outcome::kMismatch,
                       Change::kNewFailure);
-  mm.error = kQuotesError;
-  mm.max_abs_err = 3.2e-2;
-  mm.max_rel_err = 4.1e-3;
-  mm.error_ratio = 35.5;
-  mm.baseline_outcome = Outcome::kPass;
+  mm.result->error = kQuotesError;
+  mm.result->max_abs_err = 3.2e-2;
+  mm.result->max_rel_err = 4.1e-3;
+  mm.result->error_ratio = 35.5;
+  mm.baseline = internal::ResultOf(Outcome::kPass);
   mm.change_detail = "pass -> mismatch";
   mm.models = {kScriptModelId, "Qwen/Qwen3-0.6B"};
   mm.families = {"qwen3"};
   auto& softmax =
       add_case("k-softmax", "aten::_softmax", kLineSeparatorSummary, Outcome::kPass, Outcome::kPass, Change::kDrift);
-  softmax.max_abs_err = 4.1e-3;
-  softmax.max_rel_err = 2e-4;
-  softmax.baseline_max_abs_err = 3.2e-5;
+  softmax.result->max_abs_err = 4.1e-3;
+  softmax.result->max_rel_err = 2e-4;
+  softmax.baseline = internal::ResultOf(Outcome::kPass);
+  softmax.baseline->max_abs_err = 3.2e-5;
   softmax.change_detail = "max abs error 3.2e-05 -> 4.1e-03 (128x)";
   softmax.models = {"Qwen/Qwen3-0.6B"};
   softmax.families = {"qwen3"};
   auto& add = add_case("k-add", "aten::add.Tensor", "f32[8x1x2048] + f32[8x1x2048]", Outcome::kPass, Outcome::kPass,
                        Change::kPerfRegression);
-  add.max_rel_err = 0;
-  add.warm_us = 30.1;
-  add.baseline_warm_us = 12.0;
-  add.warm_spread_us = 1.2;
+  add.result->max_rel_err = 0;
+  add.result->warm_us = 30.1;
+  add.result->warm_spread_us = 1.2;
+  add.baseline = internal::ResultOf(Outcome::kPass);
+  add.baseline->warm_us = 12.0;
   add.change_detail = "warm 12.0 us -> 30.1 us (spread 1.2 us)";
   add.models = {"bert-base-uncased"};
   add.families = {"bert"};
   auto& conv = add_case("k-conv", "aten::convolution", "f32[1x3x224x224] conv 7x7/2", Outcome::kCrash, Outcome::kCrash,
                         Change::kStillFailing);
-  conv.error = kScriptEndError;
-  conv.attempts = 3;
-  conv.attempt_outcomes = "crash,crash,crash";
-  conv.counters_json = R"({"kernel_launches": 3, "note": "</script>"})";
+  conv.result->error = kScriptEndError;
+  conv.result->attempts = 3;
+  conv.result->attempt_outcomes = {Outcome::kCrash, Outcome::kCrash, Outcome::kCrash};
+  conv.result->counters = {{"kernel_launches", 3}, {"</script>", 1}};  // names come from the backend
   conv.models = {kScriptModelId};
   conv.families = {"resnet"};
   auto& gelu =
       add_case("k-gelu", "aten::gelu", "f32[8x3072]", Outcome::kPass, Outcome::kUnexpectedPass, Change::kFixed);
   gelu.expectation = "erf approximation differs";
-  gelu.max_rel_err = 1e-7;
+  gelu.result->max_rel_err = 1e-7;
   gelu.models = {"bert-base-uncased"};
   gelu.families = {"bert"};
   auto& removed = add_case("k-old", "aten::addmm", "f32[16x16] + f32[16x16] @ f32[16x16]", std::nullopt, std::nullopt,
                            Change::kRemoved);
-  removed.error = kInvalidUtf8Error;
-  removed.baseline_outcome = Outcome::kPass;
+  removed.baseline = internal::ResultOf(Outcome::kPass);
+  auto& embedding = add_case("k-embedding", "aten::embedding", "i64[8x128] into f32[32000x2048]", Outcome::kSkipped,
+                             Outcome::kSkipped, Change::kUnchanged);
+  embedding.result->error = kInvalidUtf8Error;  // a skip reason with bytes that are not UTF-8
+  embedding.baseline = internal::ResultOf(Outcome::kSkipped);
 
   auto add_model = [&](std::string id, std::string family, Outcome verdict) -> reports::ModelEntry& {
     reports::ModelEntry model;
@@ -212,11 +238,7 @@ inline reports::Report SmallReport() {
     model.family = std::move(family);
     model.stage_verdict["model"] = verdict;
     reports::ModelItemEntry item;
-    item.run_id = "nightly-42-model";
-    item.stage = "model";
-    item.item = "forward";
-    item.profile = "prefill";
-    item.outcome = verdict;
+    item.result = internal::ItemRecord("nightly-42-model", model.model_id, "model", "forward", "prefill", verdict);
     item.verdict = verdict;
     item.change = Change::kNoBaseline;
     model.items.push_back(item);
@@ -225,10 +247,10 @@ inline reports::Report SmallReport() {
     return report.models.back();
   };
   auto& evil = add_model(kScriptModelId, "resnet", Outcome::kCrash);
-  evil.items[0].error = kScriptEndError;
-  evil.items[0].blocked_by = "module:Conv2d";
+  evil.items[0].result->error = kScriptEndError;
+  evil.items[0].result->blocked_by = "module:Conv2d";
   auto& qwen = add_model("Qwen/Qwen3-0.6B", "qwen3", Outcome::kMismatch);
-  qwen.items[0].error = kInvalidUtf8Error;
+  qwen.items[0].result->error = kInvalidUtf8Error;
   reports::FirstDivergent divergent;
   divergent.call = 17;
   divergent.op = "aten::mm";
@@ -308,86 +330,88 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
     c.families.assign(fams.begin(), fams.end());
     c.baseline_run_id = "nightly-41-unit";
     c.repro = "coverage --registry nightly.db repro " + c.key;
-    c.attempts = 1;
-    c.warm_us = 5 + 500 * unit() * unit();
-    c.first_call_us = *c.warm_us * (1.5 + unit());
-    c.warm_spread_us = *c.warm_us * 0.02;
-    c.baseline_warm_us = *c.warm_us * (0.9 + 0.2 * unit());
-    c.baseline_first_call_us = c.first_call_us;
-    c.max_rel_err = std::pow(10.0, -2.0 - 7.0 * unit());
-    c.max_abs_err = *c.max_rel_err * (1 + 10 * unit());
-    c.counters_json = "{\"kernel_launches\": " + std::to_string(1 + uniform(5)) + "}";
-    c.outcome = Outcome::kPass;
-    c.baseline_outcome = Outcome::kPass;
+    CaseResult& r = c.result.emplace();
+    CaseResult& base = c.baseline.emplace();
+    r.warm_us = 5 + 500 * unit() * unit();
+    r.first_call_us = *r.warm_us * (1.5 + unit());
+    r.warm_spread_us = *r.warm_us * 0.02;
+    base.warm_us = *r.warm_us * (0.9 + 0.2 * unit());
+    base.first_call_us = r.first_call_us;
+    r.max_rel_err = std::pow(10.0, -2.0 - 7.0 * unit());
+    r.max_abs_err = *r.max_rel_err * (1 + 10 * unit());
+    r.counters = {{"kernel_launches", 1 + uniform(5)}};
     c.change = Change::kUnchanged;
     if (i % 9 == 4) {  // fails
-      c.outcome = failing[uniform(6)];
-      c.baseline_outcome = c.outcome;
+      r.outcome = failing[uniform(6)];
+      base.outcome = r.outcome;
       c.change = Change::kStillFailing;
-      c.error = "RuntimeError: " + c.op + " failed on sim: " + std::to_string(i);
-      if (c.outcome == Outcome::kNonFiniteMismatch) c.max_rel_err = INFINITY;
-      if (c.outcome == Outcome::kCrash || c.outcome == Outcome::kTimeout) {
-        const std::string name(OutcomeName(*c.outcome));
-        c.attempts = 3;
-        c.attempt_outcomes = name + "," + name + "," + name;
-        c.max_rel_err.reset();
-        c.max_abs_err.reset();
+      r.error = "RuntimeError: " + c.op + " failed on sim: " + std::to_string(i);
+      if (r.outcome == Outcome::kNonFiniteMismatch) r.max_rel_err = INFINITY;
+      if (r.outcome == Outcome::kCrash || r.outcome == Outcome::kTimeout) {
+        r.attempts = 3;
+        r.attempt_outcomes = {r.outcome, r.outcome, r.outcome};
+        r.max_rel_err.reset();
+        r.max_abs_err.reset();
       }
     }
     if (i % 17 == 3) {
-      c.outcome = Outcome::kMismatch;
-      c.baseline_outcome = Outcome::kPass;
+      r.outcome = Outcome::kMismatch;
+      base.outcome = Outcome::kPass;
       c.change = Change::kNewFailure;
-      c.error = "max abs error 0.031 over tolerance (atol 1e-05, rtol 1.3e-06)";
-      c.max_rel_err = 4e-3;
+      r.error = "max abs error 0.031 over tolerance (atol 1e-05, rtol 1.3e-06)";
+      r.max_rel_err = 4e-3;
       c.change_detail = "pass -> mismatch";
     } else if (i % 23 == 5) {
       c.change = Change::kDrift;
-      c.baseline_max_abs_err = *c.max_abs_err / 200;
+      base.max_abs_err = *r.max_abs_err / 200;
       c.change_detail = "max abs error grew 200x";
     } else if (i % 19 == 7) {
       c.change = Change::kPerfRegression;
-      c.baseline_warm_us = *c.warm_us / 2.5;
+      base.warm_us = *r.warm_us / 2.5;
       c.change_detail = "warm latency 2.5x the baseline's";
     } else if (i % 29 == 2) {
-      c.outcome = Outcome::kPass;
-      c.baseline_outcome = Outcome::kMismatch;
+      r.outcome = Outcome::kPass;
+      base.outcome = Outcome::kMismatch;
       c.change = Change::kFixed;
       c.change_detail = "mismatch -> pass";
-      c.error.clear();
+      r.error.clear();
     } else if (i % 31 == 6) {
       c.change = Change::kPerfImprovement;
-      c.baseline_warm_us = *c.warm_us * 3;
+      base.warm_us = *r.warm_us * 3;
     } else if (i % 37 == 8) {
       c.change = Change::kCompileChange;
       c.extra_changes = {"perf_improvement"};
     } else if (i % 41 == 9) {
       c.change = Change::kNewCase;
-      c.baseline_outcome.reset();
-      c.baseline_warm_us.reset();
+      c.baseline.reset();
     }
-    c.verdict = c.outcome;
-    if (c.outcome == Outcome::kMismatch && c.dtypes == "bf16" && c.change != Change::kNewFailure) {
+    c.verdict = r.outcome;
+    if (r.outcome == Outcome::kMismatch && c.dtypes == "bf16" && c.change != Change::kNewFailure) {
       c.verdict = Outcome::kExpectedFailure;
       c.expectation = "bf16 matmul numerics";
     }
-    if (i % 43 == 10 && c.outcome == Outcome::kPass) {
+    if (i % 43 == 10 && r.outcome == Outcome::kPass) {
       c.verdict = Outcome::kUnexpectedPass;
       c.expectation = "erf approximation differs";
     }
     if (i % 47 == 12) {
-      c.outcome = Outcome::kSkipped;
+      r.outcome = Outcome::kSkipped;
       c.verdict = Outcome::kSkipped;
-      c.error = "estimated cost above --max-case-flops";
+      r.error = "estimated cost above --max-case-flops";
       c.change = Change::kUnchanged;
-      c.max_rel_err.reset();
-      c.max_abs_err.reset();
-      c.warm_us.reset();
+      r.max_rel_err.reset();
+      r.max_abs_err.reset();
+      r.warm_us.reset();
     }
-    if (i == 13) c.error = kScriptEndError, c.outcome = c.verdict = Outcome::kCrash, c.change = Change::kNewFailure;
-    if (i == 14) c.error = kQuotesError;
-    if (i == 15) c.error = kInvalidUtf8Error;
-    if (i == 16) c.flaky = true, c.attempts = 2, c.attempt_outcomes = "crash,pass";
+    if (i == 13) {
+      r.error = kScriptEndError;
+      r.outcome = Outcome::kCrash;
+      c.verdict = Outcome::kCrash;
+      c.change = Change::kNewFailure;
+    }
+    if (i == 14) r.error = kQuotesError;
+    if (i == 15) r.error = kInvalidUtf8Error;
+    if (i == 16) r.flaky = true, r.attempts = 2, r.attempt_outcomes = {Outcome::kCrash, Outcome::kPass};
     report.cases.push_back(std::move(c));
   }
   for (int i = 0; i < 3; ++i) {  // removed: in the baseline only
@@ -396,7 +420,7 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
     c.op = "aten::addmm";
     c.summary = "addmm f32[16x" + std::to_string(16 << i) + "]";
     c.baseline_run_id = "nightly-41-unit";
-    c.baseline_outcome = Outcome::kPass;
+    c.baseline = internal::ResultOf(Outcome::kPass);
     c.change = Change::kRemoved;
     report.cases.push_back(std::move(c));
   }
@@ -410,19 +434,18 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
     const bool fails = model_index % 3 == 1;
     for (const auto& [stage, item_name] : items) {
       reports::ModelItemEntry item;
-      item.run_id = "nightly-42-models";
-      item.stage = stage;
-      item.item = item_name;
-      item.profile = std::string(stage) == "train" ? "train" : "prefill";
-      item.outcome = Outcome::kPass;
-      item.seconds = 0.5 + unit();
-      item.max_rel_err = std::pow(10.0, -3.0 - 4.0 * unit());
+      const std::string profile = std::string(stage) == "train" ? "train" : "prefill";
+      registry::ModelResultRecord& r =
+          item.result.emplace(internal::ItemRecord("nightly-42-models", id, stage, item_name, profile, Outcome::kPass));
+      r.seconds = 0.5 + unit();
+      r.max_rel_err = std::pow(10.0, -3.0 - 4.0 * unit());
       item.change = std::string(stage) == "train" ? Change::kNoBaseline : Change::kUnchanged;
       if (fails && std::string(item_name) == "Attention") {
-        item.outcome = model_index % 2 ? Outcome::kMismatch : Outcome::kCrash;
-        item.error = model_index % 2 ? "max rel error 0.2 over tolerance" : kScriptEndError;
+        r.outcome = model_index % 2 ? Outcome::kMismatch : Outcome::kCrash;
+        r.error = model_index % 2 ? "max rel error 0.2 over tolerance" : kScriptEndError;
         item.change = model_index % 6 == 1 ? Change::kNewFailure : Change::kStillFailing;
-        item.baseline_outcome = item.change == Change::kNewFailure ? Outcome::kPass : item.outcome;
+        item.baseline = internal::ItemRecord("nightly-41-models", id, stage, item_name, profile,
+                                             item.change == Change::kNewFailure ? Outcome::kPass : r.outcome);
         if (model_index % 2) {  // a mismatch: the replay located the call it first went wrong at
           reports::FirstDivergent divergent;
           divergent.call = 40 + model_index;
@@ -436,11 +459,11 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
         }
       }
       if (fails && std::string(stage) != "module") {
-        item.outcome = Outcome::kSkipped;
-        item.error = "gated: module:Attention failed";
-        item.blocked_by = "module:Attention";
+        r.outcome = Outcome::kSkipped;
+        r.error = "gated: module:Attention failed";
+        r.blocked_by = "module:Attention";
       }
-      item.verdict = item.outcome;
+      item.verdict = r.outcome;
       auto [at, first] = model.stage_verdict.try_emplace(stage, *item.verdict);
       Outcome& verdict = at->second;
       if (!first && (internal::FailsUnexpectedly(item.verdict) ||

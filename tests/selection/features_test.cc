@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/json_capped.h"
+#include "selection/feature_tables.h"
 #include "tests/support/temp_dir.h"
 
 namespace coverage::selection {
@@ -183,6 +184,54 @@ TEST(FamilyDefaultsLoad, EmptyTableKnowsNoFamilyButCommonAliasesStillApply) {
   EXPECT_EQ(f->layers, 12);
   EXPECT_FALSE(f->understood);
   EXPECT_TRUE(f->defaulted.empty());
+}
+
+// ---------------------------------------------------------------------------
+// Feature tables (selection/feature_tables.json, compiled in)
+
+TEST(FeatureTables, EmbeddedTablesParseAndHoldKnownFamilies) {
+  auto tables = detail::ParseFeatureTables(detail::kFeatureTablesJson);
+  ASSERT_TRUE(tables.has_value()) << tables.error().ToString();
+  EXPECT_TRUE(detail::InTable("t5", tables->rms_norm));
+  EXPECT_TRUE(detail::InTable("bert", tables->post_norm));
+  EXPECT_TRUE(detail::InTable("llama", tables->gated_mlp));
+  EXPECT_TRUE(detail::InTable("bloom", tables->alibi));
+  EXPECT_FALSE(detail::InTable("llama", tables->post_norm));
+  EXPECT_FALSE(detail::InTable("", tables->gated_mlp));
+  const std::pair<std::string, std::string> bloom{"bloom", "gelu_tanh"}, refinedweb{"refinedweb", "falcon"};
+  EXPECT_EQ(tables->fixed_activations.front(), bloom);  // file order is kept
+  EXPECT_EQ(tables->legacy_model_types.front(), refinedweb);
+  // What the extractor reads is the same text, parsed once.
+  EXPECT_EQ(&detail::Tables(), &detail::Tables());
+  EXPECT_EQ(detail::Tables().gated_mlp, tables->gated_mlp);
+}
+
+TEST(FeatureTables, MalformedTablesAreRefusedNamingTheTable) {
+  const json good = json::parse(detail::kFeatureTablesJson);
+  auto expect_refused = [](const json& tables, const std::string& reason) {
+    auto parsed = detail::ParseFeatureTables(tables.dump());
+    ASSERT_FALSE(parsed.has_value()) << reason;
+    EXPECT_NE(parsed.error().message().find(reason), std::string::npos) << parsed.error().message();
+  };
+  json broken = good;
+  broken["rms_norm"]["families"][1] = 7;
+  expect_refused(broken, "rms_norm.families[1]: expected a non-empty string");
+  broken = good;
+  broken["gated_mlp"]["families"].push_back("llama");
+  expect_refused(broken, "gated_mlp.families: \"llama\" is listed twice");
+  broken = good;
+  broken["alibi"]["families"][0] = "BLOOM";
+  expect_refused(broken, "alibi.families[0]: expected lowercase");
+  broken = good;
+  broken.erase("ssm");
+  expect_refused(broken, "ssm: missing table");
+  broken = good;
+  broken["speech"].erase("comment");
+  expect_refused(broken, "speech.comment");
+  broken = good;
+  broken["rms_norms"] = good["rms_norm"];
+  expect_refused(broken, "rms_norms: not a known table");
+  EXPECT_FALSE(detail::ParseFeatureTables("{\"comment\": ").has_value());
 }
 
 // ---------------------------------------------------------------------------

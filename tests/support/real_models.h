@@ -12,7 +12,7 @@
 
 #include "core/json_capped.h"
 #include "registry/registry.h"
-#include "stages/select_stage.h"
+#include "selection/registry_select.h"
 #include "tests/support/family_defaults.h"
 
 namespace coverage::testing {
@@ -42,10 +42,10 @@ inline void StoreRealModels(registry::Registry& reg, const std::vector<std::stri
 
 // Derives features and selects every stored model (k = their number).
 inline void SelectAll(registry::Registry& reg, int k) {
-  ASSERT_TRUE(stages::DeriveFeatures(reg, *RealFamilyDefaults()).has_value());
-  stages::SelectOptions select;
+  ASSERT_TRUE(selection::DeriveFeatures(reg, *RealFamilyDefaults()).has_value());
+  selection::SelectOptions select;
   select.k = k;
-  ASSERT_TRUE(stages::RunSelect(reg, select).has_value());
+  ASSERT_TRUE(selection::RunSelect(reg, select).has_value());
 }
 
 }  // namespace coverage::testing

@@ -1,4 +1,4 @@
-#include "stages/select_stage.h"
+#include "selection/registry_select.h"
 
 #include <nlohmann/json.hpp>
 #include <tbb/parallel_for.h>
@@ -6,7 +6,7 @@
 #include "registry/registry.h"
 #include "selection/signature.h"
 
-namespace coverage::stages {
+namespace coverage::selection {
 
 Result<FeatureSummary> DeriveFeatures(registry::Registry& registry, const selection::FamilyDefaults& defaults,
                                       const DeriveOptions& options) {
@@ -120,4 +120,4 @@ Result<SelectSummary> RunSelect(registry::Registry& registry, const SelectOption
   return out;
 }
 
-}  // namespace coverage::stages
+}  // namespace coverage::selection

@@ -12,13 +12,13 @@
 #include "crawler/agent.h"
 #include "crawler/curl_http_client.h"
 #include "registry/registry.h"
-#include "stages/crawl_stage.h"
+#include "crawler/registry_sink.h"
 #include "tests/support/agent_support.h"
 #include "tests/support/family_defaults.h"
 #include "tests/support/temp_dir.h"
 #include "tools/hub-replay/hub_server.h"
 
-namespace coverage::stages {
+namespace coverage::crawler {
 namespace {
 
 using nlohmann::json;
@@ -280,4 +280,4 @@ TEST(CrawlAgent, ATraceWithWrongTypesIsExplainedNotThrown) {
 }
 
 }  // namespace
-}  // namespace coverage::stages
+}  // namespace coverage::crawler

@@ -1,5 +1,6 @@
-// The capture step's inputs: a selection's representatives as the tracer
-// takes them.
+// A selection's representatives as the tracer takes them: the capture
+// step's inputs, and the structure that picks each one's input profiles
+// (the program stages read it too).
 //
 // Capture itself is the tracer's (capture/tracer_capture.h): the models to
 // capture come from a selection (SelectionCaptureModels) or from a JSONL
@@ -14,9 +15,10 @@
 
 namespace coverage::registry {
 class Registry;
+struct SelectedModel;
 }
 
-namespace coverage::stages {
+namespace coverage::capture {
 
 // The representatives of selection `selection_id` (0: the newest; the id
 // used is stored in `*resolved_id`), or only `only_models` of them, as
@@ -26,4 +28,9 @@ Result<std::vector<capture::CaptureModel>> SelectionCaptureModels(registry::Regi
                                                                   const std::vector<std::string>& only_models,
                                                                   int64_t* resolved_id);
 
-}  // namespace coverage::stages
+// The model structure ("decoder", "vision", ...) a representative's stored
+// features name, which picks its input profiles; an error says why there is
+// none.
+Result<std::string> StoredStructure(const registry::SelectedModel& model);
+
+}  // namespace coverage::capture

@@ -15,7 +15,7 @@ namespace coverage::registry {
 class Registry;
 }
 
-namespace coverage::stages {
+namespace coverage::crawler {
 
 class RegistryCrawlSink final : public crawler::AgentSink {
  public:
@@ -35,4 +35,4 @@ class RegistryCrawlSink final : public crawler::AgentSink {
   registry::Registry* registry_;
 };
 
-}  // namespace coverage::stages
+}  // namespace coverage::crawler

@@ -24,7 +24,7 @@ namespace coverage::registry {
 class Registry;
 }
 
-namespace coverage::stages {
+namespace coverage::selection {
 
 struct FeatureSummary {
   int64_t derived = 0;     // rows written by this call
@@ -69,4 +69,4 @@ Result<SelectSummary> RunSelect(registry::Registry& registry, const SelectOption
 // The coverage figures as JSON (stored in selections.coverage_json).
 std::string CoverageJson(const selection::Coverage& coverage);
 
-}  // namespace coverage::stages
+}  // namespace coverage::selection

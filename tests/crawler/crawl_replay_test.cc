@@ -5,7 +5,7 @@
 #include "crawler/crawl.h"
 #include "crawler/curl_http_client.h"
 #include "registry/registry.h"
-#include "stages/crawl_stage.h"
+#include "crawler/registry_sink.h"
 #include "tests/support/temp_dir.h"
 #include "tools/hub-replay/hub_server.h"
 
@@ -13,7 +13,7 @@
 #define COVERAGE_SOURCE_DIR "."
 #endif
 
-namespace coverage::stages {
+namespace coverage::crawler {
 namespace {
 
 struct CrawlResult {
@@ -132,4 +132,4 @@ TEST(CrawlReplay, TenPercentFaultsGiveTheSameResultWithBoundedRetries) {
 }
 
 }  // namespace
-}  // namespace coverage::stages
+}  // namespace coverage::crawler

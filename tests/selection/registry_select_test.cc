@@ -11,10 +11,10 @@
 #include "registry/registry.h"
 #include "selection/features.h"
 #include "tests/support/family_defaults.h"
-#include "stages/select_stage.h"
+#include "selection/registry_select.h"
 #include "tests/support/temp_dir.h"
 
-namespace coverage::stages {
+namespace coverage::selection {
 namespace {
 
 using nlohmann::json;
@@ -200,4 +200,4 @@ TEST(SelectStage, StoresTheSelectionWithReasonsAndMembers) {
 }
 
 }  // namespace
-}  // namespace coverage::stages
+}  // namespace coverage::selection

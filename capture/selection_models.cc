@@ -1,4 +1,4 @@
-#include "stages/capture_stage.h"
+#include "capture/selection_models.h"
 
 #include <algorithm>
 
@@ -7,7 +7,15 @@
 #include "registry/registry.h"
 #include "selection/features.h"
 
-namespace coverage::stages {
+namespace coverage::capture {
+
+Result<std::string> StoredStructure(const registry::SelectedModel& model) {
+  if (model.features_json.empty()) return Status::InvalidArgument("its features could not be read when selected");
+  auto j = nlohmann::json::parse(model.features_json, nullptr, false);
+  if (j.is_discarded()) return Status::InvalidArgument("its features could not be read when selected");
+  COV_ASSIGN_OR_RETURN(auto features, selection::FeaturesFromJson(j));
+  return features.structure;
+}
 
 Result<std::vector<capture::CaptureModel>> SelectionCaptureModels(registry::Registry& registry, int64_t selection_id,
                                                                   const std::vector<std::string>& only_models,
@@ -23,13 +31,7 @@ Result<std::vector<capture::CaptureModel>> SelectionCaptureModels(registry::Regi
     c.model_type = m.model_type;
     c.source = "selection " + std::to_string(*resolved_id);
     c.config_json = m.config_json;
-    if (!m.features_json.empty()) {
-      auto j = nlohmann::json::parse(m.features_json, nullptr, false);
-      if (!j.is_discarded()) {
-        auto f = selection::FeaturesFromJson(j);
-        if (f) c.structure = f->structure;
-      }
-    }
+    if (auto structure = StoredStructure(m)) c.structure = *structure;
     out.push_back(std::move(c));
   }
   for (const auto& id : only_models) {
@@ -41,4 +43,4 @@ Result<std::vector<capture::CaptureModel>> SelectionCaptureModels(registry::Regi
   return out;
 }
 
-}  // namespace coverage::stages
+}  // namespace coverage::capture

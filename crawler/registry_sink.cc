@@ -1,10 +1,10 @@
-#include "stages/crawl_stage.h"
+#include "crawler/registry_sink.h"
 
 #include <nlohmann/json.hpp>
 
 #include "registry/registry.h"
 
-namespace coverage::stages {
+namespace coverage::crawler {
 
 Result<std::optional<std::string>> RegistryCrawlSink::NextPage(const std::string& crawl_id, bool resume) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -97,4 +97,4 @@ Status RegistryCrawlSink::ForEachStoredModel(
       });
 }
 
-}  // namespace coverage::stages
+}  // namespace coverage::crawler

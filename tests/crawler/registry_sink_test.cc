@@ -2,11 +2,11 @@
 
 #include "crawler/crawl.h"
 #include "registry/registry.h"
-#include "stages/crawl_stage.h"
+#include "crawler/registry_sink.h"
 #include "tests/support/fake_hub.h"
 #include "tests/support/temp_dir.h"
 
-namespace coverage::stages {
+namespace coverage::crawler {
 namespace {
 
 using testing::FakeHub;
@@ -179,4 +179,4 @@ TEST_F(Crawl, ANextLinkOffTheEndpointIsRefused) {
 }
 
 }  // namespace
-}  // namespace coverage::stages
+}  // namespace coverage::crawler
