@@ -251,8 +251,8 @@ Status TraceReader::Feed(std::string_view line) {
       COV_ASSIGN_OR_RETURN(TensorSpec spec, SpecFromJson(j, what));
       v.tensor = std::move(spec);
     }
-    v.init_json = DumpOrEmpty(j, "init");
-    v.scalar_json = DumpOrEmpty(j, "scalar");
+    if (auto init = j.find("init"); init != j.end()) v.init = *init;
+    if (auto scalar = j.find("scalar"); scalar != j.end()) v.scalar = *scalar;
     program_.values.push_back(std::move(v));
     return Status::Ok();
   }

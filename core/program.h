@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/cost.h"
 #include "core/op_case.h"
 
@@ -22,8 +24,10 @@ struct ProgramValue {
   std::string name;                  // "model.layers.0.mlp.up_proj.weight", "input_ids"; "" for constants
   std::optional<TensorSpec> tensor;  // with its value domain; nullopt when unsupported
   std::string unsupported;           // why it cannot be described
-  std::string init_json;             // parameters and buffers: {"rule":"normal","mean":0.0,"std":0.02}, ...
-  std::string scalar_json;           // a constant made from a Python number: {"kind":"double","d":0.5}
+  // The tracer's records about how the value is made, as JSON values (null
+  // when absent), parsed once when the program is read:
+  nlohmann::json init;    // parameters and buffers: {"rule":"normal","mean":0.0,"std":0.02}, ...
+  nlohmann::json scalar;  // a constant made from a Python number: {"kind":"double","d":0.5}
 
   bool operator==(const ProgramValue&) const = default;
 };

@@ -1,11 +1,13 @@
 // Programs captured by the tracer: storage and reads (schema v7).
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/cost.h"
+#include "core/json_double.h"
 #include "registry/registry.h"
 #include "registry/sqlite.h"
 
@@ -122,7 +124,8 @@ Status Registry::StoreProgram(const ModelRecord& model, ProgramRecord* rec, cons
       } else {
         value.BindNull(5);
       }
-      value.Bind(6, v.init_json).Bind(7, v.scalar_json).Bind(8, v.unsupported);
+      value.Bind(6, v.init.is_null() ? std::string() : DumpJson(v.init));
+      value.Bind(7, v.scalar.is_null() ? std::string() : DumpJson(v.scalar)).Bind(8, v.unsupported);
       COV_RETURN_IF_ERROR(value.Run().WithContext(fmt::format("value {}", v.id)));
     }
     COV_ASSIGN_OR_RETURN(auto call, db_->Prepare(
@@ -219,8 +222,16 @@ Result<std::optional<Program>> Registry::LoadProgram(const std::string& model_id
       COV_ASSIGN_OR_RETURN(TensorSpec t, TensorSpec::FromJson(vstmt.Text(3), fmt::format("value {}", v.id)));
       v.tensor = std::move(t);
     }
-    v.init_json = vstmt.Text(4);
-    v.scalar_json = vstmt.Text(5);
+    // The init and scalar records, parsed once here (Note [Program replay]).
+    for (auto [column, member, name] : {std::tuple{4, &v.init, "init"}, std::tuple{5, &v.scalar, "scalar"}}) {
+      const std::string text = vstmt.Text(column);
+      if (text.empty()) continue;
+      *member = nlohmann::json::parse(text, nullptr, false);
+      if (member->is_discarded()) {
+        return Status::Corruption(fmt::format("{}: program of {} / {}, value {}: its {} record is not JSON",
+                                              db_->path(), model_id, profile, v.id, name));
+      }
+    }
     v.unsupported = vstmt.Text(6);
     p.values.push_back(std::move(v));
   }

@@ -132,6 +132,8 @@ std::string RandomOutputProblem(const at::Tensor& b, const at::Tensor& r) {
   return "";
 }
 
+const nlohmann::json kNoInit = nlohmann::json::object();
+
 std::string ShapeOf(const at::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ",")); }
 
 }  // namespace
@@ -259,8 +261,8 @@ at::Tensor Replayer::MakeLeaf(const ProgramValue& v, bool to_double) {
   const uint64_t seed = options_.check.seed;
   at::Tensor t;
   const at::ScalarType st = ToScalarType(spec.dtype);
-  if (!v.scalar_json.empty()) {
-    const auto j = nlohmann::json::parse(v.scalar_json, nullptr, false);
+  if (!v.scalar.is_null()) {
+    const nlohmann::json& j = v.scalar;
     double number = 0;
     if (j.is_object()) {
       if (j.contains("d") && j["d"].is_number()) number = j["d"].get<double>();
@@ -275,11 +277,8 @@ at::Tensor Replayer::MakeLeaf(const ProgramValue& v, bool to_double) {
     t.unsafeGetTensorImpl()->set_wrapped_number(true);
   } else {
     std::string rule;
-    nlohmann::json init;
-    if (!v.init_json.empty()) {
-      init = nlohmann::json::parse(v.init_json, nullptr, false);
-      if (init.is_object()) rule = init.value("rule", "");
-    }
+    const nlohmann::json& init = v.init.is_object() ? v.init : kNoInit;
+    if (init.contains("rule") && init["rule"].is_string()) rule = init["rule"].get<std::string>();
     const bool floating = IsFloatingDType(spec.dtype);
     if (floating && (rule == "normal" || rule == "uniform")) {
       const uint64_t stream = Hash(v.name.empty() ? std::to_string(v.id) : v.name, seed);

@@ -52,7 +52,7 @@ TEST(TraceReaderTest, ReadsAProgram) {
   EXPECT_EQ(p.info.device, "meta");
   EXPECT_EQ(p.info.layers_json, R"({"num_hidden_layers":{"kept":2,"of":22}})");
   ASSERT_EQ(p.values.size(), 2u);
-  EXPECT_EQ(p.values[0].init_json, R"({"mean":0.0,"rule":"normal","std":0.02})");
+  EXPECT_EQ(p.values[0].init.dump(), R"({"mean":0.0,"rule":"normal","std":0.02})");
   EXPECT_EQ(p.values[1].tensor->domain.kind, ValueDomain::Kind::kInteger);
   EXPECT_EQ(p.values[1].tensor->domain.hi, 4);
   ASSERT_EQ(p.calls.size(), 3u);
@@ -260,6 +260,15 @@ TEST_F(FakeTracerTest, EachFailureCostsOnlyItsPair) {
   auto rec = registry_->GetProgramRecord("m", "ok");
   EXPECT_EQ((*rec)->cases, 2);
   EXPECT_EQ((*rec)->unsupported_calls, 1);
+
+  // A value's init record is parsed once as the program is read: a row
+  // that is not JSON is named, never replayed with a default.
+  ASSERT_TRUE(registry_->Query("UPDATE program_values SET init_json = '{\"rule\":' WHERE value_id = 0").has_value());
+  auto broken = registry_->LoadProgram("m", "ok");
+  ASSERT_FALSE(broken.has_value());
+  EXPECT_EQ(broken.error().code(), StatusCode::kCorruption);
+  EXPECT_NE(broken.error().message().find("value 0: its init record is not JSON"), std::string::npos)
+      << broken.error().ToString();
 }
 
 TEST_F(FakeTracerTest, ResumesAndRetracesOnlyWhatChanged) {
