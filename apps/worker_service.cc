@@ -5,7 +5,6 @@
 #include "backends/backends.h"
 #include "core/json_double.h"
 #include "isolation/protocol.h"
-#include "replay/replay.h"
 
 namespace coverage::apps {
 
@@ -27,9 +26,8 @@ std::string WorkerService::Handle(const std::string& request) {
 
 json WorkerService::Setup(const json& setup_json) {
   auto setup = isolation::WorkerSetup::FromJson(setup_json);
+  // FromJson parses the tolerances too: ones that do not parse are refused here, before any request.
   if (!setup) return {{"error", setup.error().message()}};
-  // Tolerances that do not parse are refused here, before any request.
-  if (auto replay = setup->Replay(); !replay) return {{"error", replay.error().message()}};
   auto backend = make_backend_(setup->backend);
   if (!backend) return {{"error", backend.error().message()}};
   auto state = std::make_unique<WorkerState>();

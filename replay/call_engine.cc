@@ -206,6 +206,7 @@ CallVerdict JudgeCall(const CallToJudge& in) {
   const std::vector<c10::IValue>& produced = *in.backend;
   const std::vector<c10::IValue>& reference = *in.reference;
   CallVerdict v;
+  if (in.backend_on_cpu != nullptr) v.backend_on_cpu = *in.backend_on_cpu;
   v.backend_on_cpu.resize(produced.size());
   auto cpu_output = [&](size_t i) -> const at::Tensor& {
     const c10::IValue& b = produced[i];

@@ -73,7 +73,6 @@ class CallGolden {
   bool ok() const { return ok_; }
   // Output i of the golden, or undefined (none made, or not a tensor).
   at::Tensor Output(size_t i, size_t outputs) const;
-  const std::vector<c10::IValue>& outputs() const { return outputs_; }
   // Time spent making it.
   double micros() const { return micros_; }
 
@@ -98,6 +97,9 @@ struct CallToJudge {
   const std::vector<c10::IValue>* reference_arguments = nullptr;
   // Asked for the golden once an output misses the reference tolerance; null: never.
   CallGolden* golden = nullptr;
+  // Backend outputs already copied to the CPU (a rerun compares them with
+  // its first run's first), so no output is read from the device twice.
+  const std::vector<at::Tensor>* backend_on_cpu = nullptr;
 };
 
 // One output's verdict.

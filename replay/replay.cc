@@ -276,11 +276,14 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   // Compare.
   const auto tcmp = Clock::now();
   const bool produced_complete = AllStridedOrNone(produced);
+  // A rerun's outputs on the CPU, each read from the device once: compared
+  // with the first run's, then judged from the same copies.
+  std::vector<at::Tensor> produced_cpu(produced.size());
   auto same_as_first = [&]() {
     if (!kept || !kept->produced_complete || !produced_complete || kept->produced.size() != produced.size()) return false;
     for (size_t i = 0; i < produced.size(); ++i) {
-      const at::Tensor now = produced[i].isTensor() ? produced[i].toTensor().cpu() : at::Tensor();
-      if (!SameValues(now, kept->produced[i])) return false;
+      if (produced[i].isTensor()) produced_cpu[i] = produced[i].toTensor().cpu();
+      if (!SameValues(produced_cpu[i], kept->produced[i])) return false;
     }
     return true;
   };
@@ -311,7 +314,8 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
                                    .schema = &op.schema(),
                                    .backend_arguments = &backend_inputs,
                                    .reference_arguments = &reference_inputs,
-                                   .golden = &golden});
+                                   .golden = &golden,
+                                   .backend_on_cpu = &produced_cpu});
   res.outcome = verdict.outcome;
   res.error = verdict.error;
   if (verdict.compared) {
