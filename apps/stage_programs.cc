@@ -206,11 +206,11 @@ nlohmann::json ProgramStages::Answer(WorkerState& worker, const nlohmann::json& 
   replay::ProgramReplayOptions options;
   options.check = worker.setup.checks;
   const auto stage = m.find("stage");
-  const std::vector<replay::ModelCheckItem> items = replay::RunProgramStage(
+  const std::vector<ModelItemResult> items = replay::RunProgramStage(
       stage != m.end() && stage->is_string() ? stage->get<std::string>() : std::string(), *program, *worker.backend,
       options);
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& item : items) out.push_back(replay::ModelCheckItemToJson(item));
+  for (const auto& item : items) out.push_back(item.ToJsonValue());
   return {{"items", out}};
 }
 

@@ -1,5 +1,7 @@
 #include "core/op_case.h"
 
+#include "core/json_fields.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -44,11 +46,6 @@ constexpr std::pair<Argument::Kind, std::string_view> kArgKindNames[] = {
     {Argument::Kind::kDevice, "device"},
 };
 
-Result<double> RequireDouble(const json& j, std::string_view what) {
-  if (auto v = coverage::DoubleFromJson(j)) return *v;
-  return Status::Corruption(std::string(what) + ": expected a number, \"inf\", \"-inf\" or \"nan\"");
-}
-
 json TensorToJson(const TensorSpec& t) {
   json j;
   j["dtype"] = DTypeName(t.dtype);
@@ -66,70 +63,47 @@ json TensorToJson(const TensorSpec& t) {
   return j;
 }
 
-// Optional fields with a type check: a wrong type is a Corruption naming the
-// field, never an exception.
-Result<int64_t> IntField(const json& j, const char* key, int64_t fallback, const std::string& what) {
-  if (!j.is_object() || !j.contains(key)) return fallback;
-  if (!j[key].is_number_integer()) return Status::Corruption(what + "." + key + ": expected an integer");
-  return j[key].get<int64_t>();
-}
-
-Result<std::string> StringField(const json& j, const char* key, const std::string& fallback, const std::string& what) {
-  if (!j.is_object() || !j.contains(key)) return fallback;
-  if (!j[key].is_string()) return Status::Corruption(what + "." + key + ": expected a string");
-  return j[key].get<std::string>();
-}
-
-Result<std::vector<int64_t>> IntsFromJson(const json& j, std::string_view what) {
-  if (!j.is_array()) return Status::Corruption(std::string(what) + ": expected an array of integers");
-  std::vector<int64_t> out;
-  out.reserve(j.size());
-  for (const auto& v : j) {
-    if (!v.is_number_integer()) return Status::Corruption(std::string(what) + ": expected integers");
-    out.push_back(v.get<int64_t>());
-  }
-  return out;
-}
-
 Result<TensorSpec> TensorFromJson(const json& j, const std::string& what) {
-  if (!j.is_object()) return Status::Corruption(what + ": expected a tensor object");
+  const JsonFields f(j, what);
   TensorSpec t;
-  if (!j.contains("dtype") || !j["dtype"].is_string()) return Status::Corruption(what + ".dtype: missing");
-  auto dtype = DTypeFromName(j["dtype"].get<std::string>());
-  if (!dtype) return Status::Corruption(what + ".dtype: unknown dtype '" + j["dtype"].get<std::string>() + "'");
+  std::string dtype_name;
+  COV_RETURN_IF_ERROR(f.RequiredString("dtype", &dtype_name));
+  auto dtype = DTypeFromName(dtype_name);
+  if (!dtype) return f.Error("dtype", "unknown dtype '" + dtype_name + "'");
   t.dtype = *dtype;
-  COV_ASSIGN_OR_RETURN(t.shape, IntsFromJson(j.value("shape", json()), what + ".shape"));
-  COV_ASSIGN_OR_RETURN(t.strides, IntsFromJson(j.value("strides", json()), what + ".strides"));
+  COV_RETURN_IF_ERROR(f.Require("shape"));
+  COV_RETURN_IF_ERROR(f.Require("strides"));
+  COV_RETURN_IF_ERROR(f.Ints("shape", &t.shape));
+  COV_RETURN_IF_ERROR(f.Ints("strides", &t.strides));
   if (t.strides.size() != t.shape.size()) {
     return Status::Corruption(what + ": strides has " + std::to_string(t.strides.size()) +
                               " entries but shape has " + std::to_string(t.shape.size()));
   }
   for (int64_t s : t.shape) {
-    if (s < 0) return Status::Corruption(what + ".shape: negative size " + std::to_string(s));
+    if (s < 0) return f.Error("shape", "negative size " + std::to_string(s));
   }
-  COV_ASSIGN_OR_RETURN(t.storage_offset, IntField(j, "offset", 0, what));
-  if (t.storage_offset < 0) return Status::Corruption(what + ".offset: negative");
+  COV_RETURN_IF_ERROR(f.Int("offset", &t.storage_offset, int64_t{0}));
   if (!t.SizesFit()) return Status::Corruption(what + ": its element count or storage extent overflows 64 bits");
-  if (j.contains("domain")) {
-    const json& d = j["domain"];
-    if (!d.is_object()) return Status::Corruption(what + ".domain: expected an object");
-    COV_ASSIGN_OR_RETURN(std::string kind, StringField(d, "kind", "real", what + ".domain"));
+  if (const json* domain = f.Find("domain")) {
+    const JsonFields d = f.Sub("domain", *domain);
+    std::string kind = "real";
+    COV_RETURN_IF_ERROR(d.String("kind", &kind));
     bool found = false;
     for (auto [k, name] : kDomainNames) {
       if (name == kind) { t.domain.kind = k; found = true; }
     }
-    if (!found) return Status::Corruption(what + ".domain.kind: unknown '" + kind + "'");
+    if (!found) return d.Error("kind", "unknown '" + kind + "'");
     if (t.domain.kind == ValueDomain::Kind::kInteger) {
-      COV_ASSIGN_OR_RETURN(t.domain.lo, IntField(d, "lo", 0, what + ".domain"));
-      COV_ASSIGN_OR_RETURN(t.domain.hi, IntField(d, "hi", 0, what + ".domain"));
+      COV_RETURN_IF_ERROR(d.Int("lo", &t.domain.lo));
+      COV_RETURN_IF_ERROR(d.Int("hi", &t.domain.hi));
       if (t.domain.hi <= t.domain.lo) {
-        return Status::Corruption(what + ".domain: empty integer range [" + std::to_string(t.domain.lo) +
-                                  ", " + std::to_string(t.domain.hi) + ")");
+        return Status::Corruption(d.what() + ": empty integer range [" + std::to_string(t.domain.lo) + ", " +
+                                  std::to_string(t.domain.hi) + ")");
       }
     }
     if (t.domain.kind == ValueDomain::Kind::kConstant) {
-      if (!d.contains("value")) return Status::Corruption(what + ".domain: a constant without 'value'");
-      COV_ASSIGN_OR_RETURN(t.domain.value, RequireDouble(d["value"], what + ".domain.value"));
+      if (!d.Has("value")) return Status::Corruption(d.what() + ": a constant without 'value'");
+      COV_RETURN_IF_ERROR(d.Double("value", &t.domain.value));
     }
   }
   return t;
@@ -174,88 +148,69 @@ json ArgToJson(const Argument& a) {
 }
 
 Result<Argument> ArgFromJson(const json& j, const std::string& what) {
-  if (!j.is_object()) return Status::Corruption(what + ": expected an object");
   Argument a;
-  COV_ASSIGN_OR_RETURN(a.name, StringField(j, "name", "", what));
-  COV_ASSIGN_OR_RETURN(std::string type, StringField(j, "type", "", what));
-  bool found = false;
-  for (auto [k, name] : kArgKindNames) {
-    if (name == type) { a.kind = k; found = true; }
+  {
+    const JsonFields f(j, what);
+    COV_RETURN_IF_ERROR(f.String("name", &a.name));
+    std::string type;
+    COV_RETURN_IF_ERROR(f.String("type", &type));
+    bool found = false;
+    for (auto [k, name] : kArgKindNames) {
+      if (name == type) { a.kind = k; found = true; }
+    }
+    if (!found) return f.Error("type", "unknown argument type '" + type + "'");
   }
-  if (!found) return Status::Corruption(what + ".type: unknown argument type '" + type + "'");
-  const std::string here = what + " (" + a.name + ")";
-  auto need_value = [&]() -> Result<json> {
-    if (!j.contains("value")) return Status::Corruption(here + ": missing 'value'");
-    return j["value"];
-  };
+  const JsonFields f(j, what + " (" + a.name + ")");
   switch (a.kind) {
     case Argument::Kind::kNone:
     case Argument::Kind::kDevice:
       break;
     case Argument::Kind::kTensor: {
-      if (!j.contains("tensor")) return Status::Corruption(here + ": missing 'tensor'");
-      COV_ASSIGN_OR_RETURN(a.tensor, TensorFromJson(j["tensor"], here + ".tensor"));
+      COV_RETURN_IF_ERROR(f.Require("tensor"));
+      COV_ASSIGN_OR_RETURN(a.tensor, TensorFromJson(*f.Find("tensor"), f.what() + ".tensor"));
       break;
     }
     case Argument::Kind::kTensorList: {
-      const json items = j.value("items", json());
-      if (!items.is_array()) return Status::Corruption(here + ".items: expected an array");
-      for (size_t i = 0; i < items.size(); ++i) {
-        if (items[i].is_null()) {
+      const json* items = f.Find("items");
+      if (!items || !items->is_array()) return f.Error("items", "expected an array");
+      for (size_t i = 0; i < items->size(); ++i) {
+        if ((*items)[i].is_null()) {
           a.tensors.emplace_back(std::nullopt);
         } else {
-          COV_ASSIGN_OR_RETURN(auto t, TensorFromJson(items[i], here + ".items[" + std::to_string(i) + "]"));
+          COV_ASSIGN_OR_RETURN(auto t, TensorFromJson((*items)[i], f.what() + ".items[" + std::to_string(i) + "]"));
           a.tensors.emplace_back(std::move(t));
         }
       }
       break;
     }
-    case Argument::Kind::kInt: {
-      COV_ASSIGN_OR_RETURN(json v, need_value());
-      if (!v.is_number_integer()) return Status::Corruption(here + ".value: expected an integer");
-      a.i = v.get<int64_t>();
+    case Argument::Kind::kInt:
+      COV_RETURN_IF_ERROR(f.Require("value"));
+      COV_RETURN_IF_ERROR(f.Int("value", &a.i));
       break;
-    }
-    case Argument::Kind::kDouble: {
-      COV_ASSIGN_OR_RETURN(json v, need_value());
-      COV_ASSIGN_OR_RETURN(a.d, RequireDouble(v, here + ".value"));
+    case Argument::Kind::kDouble:
+      COV_RETURN_IF_ERROR(f.Require("value"));
+      COV_RETURN_IF_ERROR(f.Double("value", &a.d));
       break;
-    }
-    case Argument::Kind::kBool: {
-      COV_ASSIGN_OR_RETURN(json v, need_value());
-      if (!v.is_boolean()) return Status::Corruption(here + ".value: expected a boolean");
-      a.b = v.get<bool>();
+    case Argument::Kind::kBool:
+      COV_RETURN_IF_ERROR(f.Require("value"));
+      COV_RETURN_IF_ERROR(f.Bool("value", &a.b));
       break;
-    }
-    case Argument::Kind::kString: {
-      COV_ASSIGN_OR_RETURN(json v, need_value());
-      if (!v.is_string()) return Status::Corruption(here + ".value: expected a string");
-      a.s = v.get<std::string>();
+    case Argument::Kind::kString:
+      COV_RETURN_IF_ERROR(f.Require("value"));
+      COV_RETURN_IF_ERROR(f.String("value", &a.s));
       break;
-    }
-    case Argument::Kind::kIntList: {
-      COV_ASSIGN_OR_RETURN(json v, need_value());
-      COV_ASSIGN_OR_RETURN(a.ints, IntsFromJson(v, here + ".value"));
+    case Argument::Kind::kIntList:
+      COV_RETURN_IF_ERROR(f.Require("value"));
+      COV_RETURN_IF_ERROR(f.Ints("value", &a.ints));
       break;
-    }
-    case Argument::Kind::kDoubleList: {
-      COV_ASSIGN_OR_RETURN(json v, need_value());
-      if (!v.is_array()) return Status::Corruption(here + ".value: expected an array");
-      for (const auto& e : v) {
-        COV_ASSIGN_OR_RETURN(double d, RequireDouble(e, here + ".value"));
-        a.doubles.push_back(d);
-      }
+    case Argument::Kind::kDoubleList:
+      COV_RETURN_IF_ERROR(f.Require("value"));
+      COV_RETURN_IF_ERROR(f.Doubles("value", &a.doubles));
       break;
-    }
-    case Argument::Kind::kBoolList: {
-      COV_ASSIGN_OR_RETURN(json v, need_value());
-      if (!v.is_array()) return Status::Corruption(here + ".value: expected an array");
-      for (const auto& e : v) {
-        if (!e.is_boolean()) return Status::Corruption(here + ".value: expected booleans");
-        a.bools.push_back(e.get<bool>());
-      }
+    case Argument::Kind::kBoolList:
+      COV_RETURN_IF_ERROR(f.Require("value"));
+      COV_RETURN_IF_ERROR(f.Bools("value", &a.bools));
       break;
-    }
   }
   return a;
 }
@@ -425,20 +380,20 @@ Result<OpCase> OpCase::FromJson(std::string_view text) {
 }
 
 Result<OpCase> OpCase::FromJsonValue(const json& j) {
-  if (!j.is_object()) return Status::Corruption("op case JSON: expected an object");
-  COV_ASSIGN_OR_RETURN(int64_t version, IntField(j, "v", 0, "op case JSON"));
+  const JsonFields f(j, "op case JSON");
+  int64_t version = 0;
+  COV_RETURN_IF_ERROR(f.Int("v", &version));
   if (version != kOpCaseVersion) {
     return Status::Corruption("op case JSON: version " + std::to_string(version) + " is not supported (expected " +
                               std::to_string(kOpCaseVersion) + ")");
   }
   OpCase c;
-  if (!j.contains("op") || !j["op"].is_string()) return Status::Corruption("op case JSON: missing 'op'");
-  c.op = j["op"].get<std::string>();
-  COV_ASSIGN_OR_RETURN(c.overload, StringField(j, "overload", "", "op case JSON"));
-  const json args = j.value("args", json());
-  if (!args.is_array()) return Status::Corruption("op case JSON: 'args' must be an array");
-  for (size_t i = 0; i < args.size(); ++i) {
-    COV_ASSIGN_OR_RETURN(auto a, ArgFromJson(args[i], c.op + " args[" + std::to_string(i) + "]"));
+  COV_RETURN_IF_ERROR(f.RequiredString("op", &c.op));
+  COV_RETURN_IF_ERROR(f.String("overload", &c.overload));
+  const json* args = f.Find("args");
+  if (!args || !args->is_array()) return f.Error("args", "expected an array");
+  for (size_t i = 0; i < args->size(); ++i) {
+    COV_ASSIGN_OR_RETURN(auto a, ArgFromJson((*args)[i], c.op + " args[" + std::to_string(i) + "]"));
     c.args.push_back(std::move(a));
   }
   return c;

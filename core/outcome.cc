@@ -1,5 +1,7 @@
 #include "core/outcome.h"
 
+#include <algorithm>
+
 namespace coverage {
 
 std::string_view OutcomeName(Outcome outcome) {
@@ -37,6 +39,25 @@ bool IsUnexpectedFailure(Outcome outcome) {
     default:
       return true;
   }
+}
+
+std::string OutcomesText(const std::vector<Outcome>& outcomes) {
+  std::string text;
+  for (Outcome o : outcomes) text += (text.empty() ? "" : ",") + std::string(OutcomeName(o));
+  return text;
+}
+
+Status OutcomesFromText(std::string_view text, std::vector<Outcome>* out) {
+  out->clear();
+  for (size_t start = 0; !text.empty() && start <= text.size();) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string_view name = text.substr(start, comma - start);
+    auto o = OutcomeFromName(name);
+    if (!o) return Status::Corruption("unknown attempt outcome '" + std::string(name) + "'");
+    out->push_back(*o);
+    start = comma + 1;
+  }
+  return Status::Ok();
 }
 
 }  // namespace coverage

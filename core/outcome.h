@@ -4,7 +4,11 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
+
+#include "core/status.h"
 
 namespace coverage {
 
@@ -34,6 +38,10 @@ inline constexpr Outcome kAllOutcomes[] = {
 // Stable lower-case names stored in the database ("pass", "mismatch", ...).
 std::string_view OutcomeName(Outcome outcome);
 std::optional<Outcome> OutcomeFromName(std::string_view name);
+// The attempts of a rerun item as a row and a report hold them: "crash,pass"
+// ("" for none); reading back names an unknown outcome.
+std::string OutcomesText(const std::vector<Outcome>& outcomes);
+Status OutcomesFromText(std::string_view text, std::vector<Outcome>* out);
 
 // True for outcomes that make a run fail (exit code 1): everything except
 // pass, skipped and expected-failure.

@@ -35,12 +35,12 @@ void CheckCaseResult(const CaseResult& r) {
   FUZZ_CHECK(again->ToJson() == text, text);
 }
 
-void CheckModelItems(const std::vector<replay::ModelCheckItem>& items) {
+void CheckModelItems(const std::vector<ModelItemResult>& items) {
   for (const auto& item : items) {
-    const nlohmann::json j = replay::ModelCheckItemToJson(item);
-    auto again = replay::ModelCheckItemFromJson(j);
+    const nlohmann::json j = item.ToJsonValue();
+    auto again = ModelItemResult::FromJsonValue(j);
     FUZZ_CHECK(again.has_value(), again.error().ToString() + " for " + fuzz::Dump(j));
-    FUZZ_CHECK(fuzz::Dump(replay::ModelCheckItemToJson(*again)) == fuzz::Dump(j), fuzz::Dump(j));
+    FUZZ_CHECK(fuzz::Dump(again->ToJsonValue()) == fuzz::Dump(j), fuzz::Dump(j));
   }
 }
 

@@ -312,16 +312,16 @@ CaseResult IsolatedCaseExecutor::Run(const OpCase& op_case) {
   return first;
 }
 
-std::vector<ModelCheckItem> IsolatedModelStageRunner::RunOnce(const std::string& request, const std::string& stage,
-                                                              int attempt) {
+std::vector<ModelItemResult> IsolatedModelStageRunner::RunOnce(const std::string& request, const std::string& stage,
+                                                               int attempt) {
   const double timeout = pool_.options().policy.TimeoutForStage(stage);
   auto fail = [&](Outcome o, std::string why, json detail) {
-    ModelCheckItem item;
+    ModelItemResult item;
     item.item = stage == "module" ? "*" : stage == "model" ? "forward" : "train";
     item.outcome = o;
     item.error = std::move(why);
     item.detail = {{"worker", std::move(detail)}};
-    return std::vector<ModelCheckItem>{item};
+    return std::vector<ModelItemResult>{item};
   };
   auto reply = pool_.Call(request, timeout, attempt);
   if (!reply) {
@@ -341,17 +341,17 @@ std::vector<ModelCheckItem> IsolatedModelStageRunner::RunOnce(const std::string&
   return fail(Outcome::kError, harness_.message(), json::object());
 }
 
-std::vector<ModelCheckItem> IsolatedModelStageRunner::Run(const std::string& stage, const std::string& model_id,
-                                                          const std::string& profile, const Program& /*program*/) {
+std::vector<ModelItemResult> IsolatedModelStageRunner::Run(const std::string& stage, const std::string& model_id,
+                                                           const std::string& profile, const Program& /*program*/) {
   const std::string request =
       DumpJson(json{{"model", {{"stage", stage}, {"model_id", model_id}, {"profile", profile}}}});
-  auto worst = [](const std::vector<ModelCheckItem>& items) {
+  auto worst = [](const std::vector<ModelItemResult>& items) {
     for (const auto& i : items) {
       if (IsUnexpectedFailure(i.outcome)) return i.outcome;
     }
     return items.empty() ? Outcome::kPass : items.front().outcome;
   };
-  std::vector<ModelCheckItem> first = RunOnce(request, stage, 1);
+  std::vector<ModelItemResult> first = RunOnce(request, stage, 1);
   const Outcome first_outcome = worst(first);
   const bool process_fault = first_outcome == Outcome::kCrash || first_outcome == Outcome::kTimeout;
   if (!harness_.ok() || !ShouldRerunCase(first_outcome) ||

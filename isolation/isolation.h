@@ -5,7 +5,7 @@
 // Parent side: IsolatedCaseExecutor (the unit stage's CaseExecutor) and
 // IsolatedModelStageRunner (the model stages' ProgramStageRunner) send one
 // request per case to a long-lived worker and turn what happens into the
-// same CaseResult / ModelCheckItems an in-process run gives:
+// same CaseResult / ModelItemResults an in-process run gives:
 //   - the worker dies (signal, exit)  -> kCrash, with the signal and the last
 //                                        lines the worker printed;
 //   - no reply before the deadline    -> kTimeout; the worker is killed;
@@ -46,7 +46,6 @@ namespace coverage::isolation {
 
 using replay::CaseExecutor;
 using replay::GoldenMode;
-using replay::ModelCheckItem;
 using replay::ModelCheckOptions;
 using replay::ProgramStageRunner;
 using replay::ReplayOptions;
@@ -159,13 +158,13 @@ class IsolatedModelStageRunner final : public ProgramStageRunner {
   Status Start() { return pool_.EnsureWorker(); }
   // The worker loads (model_id, profile)'s program from the registry named
   // in the setup; `program` is not sent.
-  std::vector<ModelCheckItem> Run(const std::string& stage, const std::string& model_id, const std::string& profile,
-                                  const Program& program) override;
+  std::vector<ModelItemResult> Run(const std::string& stage, const std::string& model_id, const std::string& profile,
+                                   const Program& program) override;
   Status HarnessStatus() const override { return harness_; }
   const IsolationStats& stats() { return pool_.stats(); }
 
  private:
-  std::vector<ModelCheckItem> RunOnce(const std::string& request, const std::string& stage, int attempt);
+  std::vector<ModelItemResult> RunOnce(const std::string& request, const std::string& stage, int attempt);
   WorkerPool pool_;
   Status harness_;
 };

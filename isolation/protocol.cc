@@ -1,46 +1,11 @@
 #include "isolation/protocol.h"
 
-#include <limits>
-
-#include <fmt/format.h>
-
+#include "core/json_fields.h"
 #include "isolation/isolation.h"
 
 namespace coverage::isolation {
 
 using nlohmann::json;
-using replay::ModelCheckItem;
-using replay::ModelCheckItemFromJson;
-
-namespace {
-
-// Reads an integer member when present. nlohmann's value<int>() converts a
-// float member with a plain cast, undefined for 1e33 (fuzz/worker_protocol.cc
-// found it): only a whole JSON number within T's range is taken.
-template <typename T>
-Status ReadInteger(const json& j, const char* key, T* out) {
-  auto it = j.find(key);
-  if (it == j.end()) return Status::Ok();
-  using Limits = std::numeric_limits<T>;
-  bool fits = false;
-  if (it->is_number_unsigned()) {
-    const uint64_t v = it->get<uint64_t>();
-    fits = v <= static_cast<uint64_t>(Limits::max());
-    if (fits) *out = static_cast<T>(v);
-  } else if (it->is_number_integer()) {
-    const int64_t v = it->get<int64_t>();
-    fits = v >= 0 ? static_cast<uint64_t>(v) <= static_cast<uint64_t>(Limits::max())
-                  : Limits::is_signed && v >= static_cast<int64_t>(Limits::min());
-    if (fits) *out = static_cast<T>(v);
-  }
-  if (!fits) {
-    return Status::InvalidArgument(fmt::format("worker setup: '{}' must be a whole number in [{}, {}], not {}", key,
-                                               Limits::min(), Limits::max(), it->dump()));
-  }
-  return Status::Ok();
-}
-
-}  // namespace
 
 // WorkerSetup travels in the setup request (its JSON form is the protocol's).
 json WorkerSetup::ToJson() const {
@@ -60,33 +25,32 @@ json WorkerSetup::ToJson() const {
 }
 
 Result<WorkerSetup> WorkerSetup::FromJson(const json& j) {
-  if (!j.is_object() || !j.contains("backend") || !j["backend"].is_string()) {
-    return Status::InvalidArgument("worker setup: expected an object with 'backend'");
-  }
+  const JsonFields f(j, "worker setup", StatusCode::kInvalidArgument);
   WorkerSetup s;
-  try {
-    s.backend = j["backend"].get<std::string>();
-    s.registry = j.value("registry", std::string());
-    s.tolerances_json = j.value("tolerances_json", std::string("{}"));
-    s.tolerances_source = j.value("tolerances_source", std::string("(setup)"));
-    COV_RETURN_IF_ERROR(ReadInteger(j, "warm_iterations", &s.warm_iterations));
-    const std::string golden = j.value("golden", std::string("auto"));
-    s.golden = golden == "always" ? GoldenMode::kAlways : golden == "never" ? GoldenMode::kNever : GoldenMode::kWhenNeeded;
-    COV_RETURN_IF_ERROR(ReadInteger(j, "seed", &s.seed));
-    const json c = j.value("checks", json::object());
-    ModelCheckOptions& o = s.checks;
-    COV_RETURN_IF_ERROR(ReadInteger(c, "seed", &o.seed));
-    o.min_cosine = c.value("min_cosine", o.min_cosine);
-    COV_RETURN_IF_ERROR(ReadInteger(c, "top_k", &o.top_k));
-    o.min_topk_agreement = c.value("min_topk_agreement", o.min_topk_agreement);
-    COV_RETURN_IF_ERROR(ReadInteger(c, "train_steps", &o.train_steps));
-    o.loss_rtol = c.value("loss_rtol", o.loss_rtol);
-    o.grad_norm_rtol = c.value("grad_norm_rtol", o.grad_norm_rtol);
-    o.param_update_rtol = c.value("param_update_rtol", o.param_update_rtol);
-    o.golden = s.golden;
-  } catch (const json::exception& e) {
-    return Status::InvalidArgument(std::string("worker setup: ") + e.what());
-  }
+  COV_RETURN_IF_ERROR(f.RequiredString("backend", &s.backend));
+  COV_RETURN_IF_ERROR(f.String("registry", &s.registry));
+  s.tolerances_json = "{}";
+  COV_RETURN_IF_ERROR(f.String("tolerances_json", &s.tolerances_json));
+  s.tolerances_source = "(setup)";
+  COV_RETURN_IF_ERROR(f.String("tolerances_source", &s.tolerances_source));
+  COV_RETURN_IF_ERROR(f.Int("warm_iterations", &s.warm_iterations));
+  std::string golden = "auto";
+  COV_RETURN_IF_ERROR(f.String("golden", &golden));
+  s.golden = golden == "always" ? GoldenMode::kAlways : golden == "never" ? GoldenMode::kNever : GoldenMode::kWhenNeeded;
+  COV_RETURN_IF_ERROR(f.Int("seed", &s.seed));
+  const json no_checks = json::object();
+  const json* checks = f.Find("checks");
+  const JsonFields c = f.Sub("checks", checks ? *checks : no_checks);
+  ModelCheckOptions& o = s.checks;
+  COV_RETURN_IF_ERROR(c.Int("seed", &o.seed));
+  COV_RETURN_IF_ERROR(c.Double("min_cosine", &o.min_cosine));
+  COV_RETURN_IF_ERROR(c.Int("top_k", &o.top_k));
+  COV_RETURN_IF_ERROR(c.Double("min_topk_agreement", &o.min_topk_agreement));
+  COV_RETURN_IF_ERROR(c.Int("train_steps", &o.train_steps));
+  COV_RETURN_IF_ERROR(c.Double("loss_rtol", &o.loss_rtol));
+  COV_RETURN_IF_ERROR(c.Double("grad_norm_rtol", &o.grad_norm_rtol));
+  COV_RETURN_IF_ERROR(c.Double("param_update_rtol", &o.param_update_rtol));
+  o.golden = s.golden;
   COV_ASSIGN_OR_RETURN(s.checks.comparison, replay::ComparisonOptions::FromJson(s.tolerances_json, s.tolerances_source));
   return s;
 }
@@ -124,12 +88,12 @@ Result<CaseResult> ParseUnitReply(std::string_view line) {
   return Status::Internal("the worker answered a case with: " + std::string(line.substr(0, 2000)));
 }
 
-Result<std::vector<ModelCheckItem>> ParseModelReply(std::string_view line) {
+Result<std::vector<ModelItemResult>> ParseModelReply(std::string_view line) {
   json j = json::parse(line, nullptr, false);
   if (j.is_object() && j.contains("items") && j["items"].is_array()) {
-    std::vector<ModelCheckItem> items;
+    std::vector<ModelItemResult> items;
     for (const auto& e : j["items"]) {
-      auto item = ModelCheckItemFromJson(e);
+      auto item = ModelItemResult::FromJsonValue(e);
       if (!item) return item.error().WithContext("reading a worker's model result");
       items.push_back(std::move(*item));
     }

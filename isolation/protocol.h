@@ -35,7 +35,7 @@ Result<CaseResult> ParseUnitReply(std::string_view line);
 // The reply to {"model": ...}: the items of {"items": [...]}. Errors:
 // Corruption (an item that does not parse, with the context "reading a
 // worker's model result"); Internal for any other answer, quoting it.
-Result<std::vector<replay::ModelCheckItem>> ParseModelReply(std::string_view line);
+Result<std::vector<ModelItemResult>> ParseModelReply(std::string_view line);
 
 // ---------------------------------------------------------------- worker side
 

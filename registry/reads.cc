@@ -150,27 +150,34 @@ Result<std::vector<ModelResultRecord>> Registry::ModelResultsForRun(const std::s
   for (;;) {
     COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
     if (!row) break;
-    ModelResultRecord r;
-    r.run_id = run_id;
-    r.model_id = stmt.Text(0);
-    r.profile = stmt.Text(1);
-    r.stage = stmt.Text(2);
+    ModelResultRecord record;
+    ModelItemResult& r = record.result;
+    record.run_id = run_id;
+    record.model_id = stmt.Text(0);
+    record.profile = stmt.Text(1);
+    record.stage = stmt.Text(2);
     r.item = stmt.Text(3);
-    COV_ASSIGN_OR_RETURN(r.outcome, ReadOutcome(stmt, 4, db_->path(), "model_results", run_id,
-                                                 fmt::format("{} {} {}", r.model_id, r.stage, r.item)));
+    const std::string where = fmt::format("{} {} {}", record.model_id, record.stage, r.item);
+    COV_ASSIGN_OR_RETURN(r.outcome, ReadOutcome(stmt, 4, db_->path(), "model_results", run_id, where));
     r.error = stmt.Text(5);
-    r.blocked_by = stmt.Text(6);
-    r.family = stmt.Text(7);
+    record.blocked_by = stmt.Text(6);
+    record.family = stmt.Text(7);
     r.max_abs_err = stmt.OptionalDouble(8);
     r.max_rel_err = stmt.OptionalDouble(9);
     r.cosine = stmt.OptionalDouble(10);
     r.error_ratio = stmt.OptionalDouble(11);
     r.seconds = stmt.Double(12);
-    r.detail_json = stmt.Text(13);
+    const std::string detail = stmt.Text(13);
+    r.detail = detail.empty() ? nlohmann::json::object() : nlohmann::json::parse(detail, nullptr, false);
+    if (!r.detail.is_object()) {
+      return Status::Corruption(fmt::format("{}: model_results of run {}, {}: detail_json is not a JSON object",
+                                            db_->path(), run_id, where));
+    }
     r.attempts = static_cast<int>(stmt.Int(14));
     r.flaky = stmt.Int(15) != 0;
-    r.attempt_outcomes = stmt.Text(16);
-    out.push_back(std::move(r));
+    COV_RETURN_IF_ERROR(r.SetAttemptOutcomesText(stmt.Text(16)).WithContext(
+        fmt::format("{}: model_results of run {}, {}", db_->path(), run_id, where)));
+    out.push_back(std::move(record));
   }
   return out;
 }

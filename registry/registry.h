@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/case_result.h"
+#include "core/model_item.h"
 #include "core/op_case.h"
 #include "core/outcome.h"
 #include "core/program.h"
@@ -269,23 +270,17 @@ struct ProgramRecord {
   std::string captured_at;
 };
 
-// One result of a model-level stage (table model_results).
+// One result of a model-level stage (table model_results): where it belongs,
+// and the item's verdict as program replay gave it (Note [Stored results] in
+// runs.cc).
 struct ModelResultRecord {
   std::string run_id;
   std::string model_id;
   std::string profile;
-  std::string stage;  // module, model, train
-  std::string item;   // module kind, "forward", "train", or "*" when the whole stage was skipped
-  Outcome outcome = Outcome::kPass;
-  std::string error;
+  std::string stage;       // module, model, train
   std::string blocked_by;  // "<stage>:<item>" when the gate skipped it
   std::string family;
-  std::optional<double> max_abs_err, max_rel_err, cosine, error_ratio;
-  double seconds = 0;
-  std::string detail_json = "{}";
-  int attempts = 1;
-  bool flaky = false;
-  std::string attempt_outcomes;
+  ModelItemResult result;  // its item is the module kind, "forward", "train", or "*" when the whole stage was skipped
 };
 
 // What `MergeFrom` did.

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_double.h"
 #include "registry/registry.h"
 #include "registry/sqlite.h"
 
@@ -55,7 +56,10 @@ Result<std::unordered_set<int64_t>> Registry::FinishedCaseIds(const std::string&
 // binds its fields to the row here and reads them back in reads.cc. The
 // columns hold the figures; detail_json holds {"timing": {...}, "replay":
 // <the result's own detail>}, the timing breakdown at 0.1 us; counters are a
-// JSON object, attempt outcomes "crash,pass".
+// JSON object, attempt outcomes "crash,pass". A model item likewise has one
+// record, ModelItemResult (core/model_item.h), which ModelResultRecord holds
+// with where it belongs; its detail is stored as the JSON object it is, read
+// back once.
 std::string StoredDetail(const CaseResult& r) {
   return fmt::format(R"({{"timing":{{"materialize_us":{:.1f},"golden_us":{:.1f},"reference_us":{:.1f},)"
                      R"("backend_us":{:.1f},"compare_us":{:.1f},"total_us":{:.1f}}},"replay":{}}})",
@@ -227,13 +231,14 @@ Status Registry::RecordModelStage(const std::string& run_id, const std::string& 
         "INSERT INTO model_results(run_id, model_id, profile, stage, item, outcome, error, blocked_by, family, "
         "max_abs_err, max_rel_err, cosine, error_ratio, seconds, detail_json, attempts, flaky, attempt_outcomes) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"));
-    for (const ModelResultRecord& r : items) {
+    for (const ModelResultRecord& record : items) {
+      const ModelItemResult& r = record.result;
       COV_RETURN_IF_ERROR(ins.Reset());
       ins.Bind(1, run_id).Bind(2, model_id).Bind(3, profile).Bind(4, stage).Bind(5, r.item);
-      ins.Bind(6, OutcomeName(r.outcome)).Bind(7, r.error).Bind(8, r.blocked_by).Bind(9, r.family);
+      ins.Bind(6, OutcomeName(r.outcome)).Bind(7, r.error).Bind(8, record.blocked_by).Bind(9, record.family);
       ins.Bind(10, r.max_abs_err).Bind(11, r.max_rel_err).Bind(12, r.cosine).Bind(13, r.error_ratio);
-      ins.Bind(14, r.seconds).Bind(15, r.detail_json).Bind(16, r.attempts).Bind(17, r.flaky ? 1 : 0);
-      if (r.attempt_outcomes.empty()) ins.BindNull(18); else ins.Bind(18, r.attempt_outcomes);
+      ins.Bind(14, r.seconds).Bind(15, DumpJson(r.detail)).Bind(16, r.attempts).Bind(17, r.flaky ? 1 : 0);
+      if (r.attempt_outcomes.empty()) ins.BindNull(18); else ins.Bind(18, r.AttemptOutcomesText());
       COV_RETURN_IF_ERROR(ins.Run());
     }
     COV_ASSIGN_OR_RETURN(auto clear, db_->Prepare("DELETE FROM in_flight WHERE run_id = ?1 AND item = ?2"));

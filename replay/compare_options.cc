@@ -3,8 +3,9 @@
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
-#include "core/json_capped.h"
 
+#include "core/input_rules.h"
+#include "core/json_capped.h"
 
 namespace coverage::replay {
 namespace {
@@ -145,14 +146,27 @@ Result<ComparisonOptions> ComparisonOptions::FromJson(std::string_view text, std
         OpToleranceOverride ov;
         ov.tolerances = o.tolerances;  // partial overrides start from the defaults
         ov.multipliers = o.multipliers;
-        // Either a table keyed by dtype, or {"dtypes": ..., "values_not_compared": ..., "reason": ...}.
+        // Either a table keyed by dtype, or {"dtypes": ..., "values_not_compared": ..., "inputs": ...,
+        // "reason": ...}. The inputs are built in (core/input_rules.h): a file may repeat them, not change them.
         json dtypes = table;
-        if (table.is_object() &&
-            (table.contains("dtypes") || table.contains("values_not_compared") || table.contains("reason"))) {
+        bool judged = true;  // the entry says how outputs are judged (not only how inputs are made)
+        if (table.is_object() && (table.contains("dtypes") || table.contains("values_not_compared") ||
+                                  table.contains("reason") || table.contains("inputs"))) {
           dtypes = json::object();
+          judged = table.contains("dtypes") || table.contains("values_not_compared");
           for (const auto& [field, v] : table.items()) {
             if (field == "comment") continue;
             if (field == "reason" && v.is_string()) continue;
+            if (field == "inputs") {
+              if (v != BuiltInInputRules(op)) {
+                return Status::InvalidArgument(
+                    src + ": ops." + op +
+                    ".inputs: differs from the input rules built into coverage (configs/tolerances.json at build "
+                    "time; a case's inputs must be the same in every run): leave it out, or edit the shipped file "
+                    "and rebuild");
+              }
+              continue;
+            }
             if (field == "dtypes") {
               dtypes = v;
             } else if (field == "values_not_compared") {
@@ -161,12 +175,12 @@ Result<ComparisonOptions> ComparisonOptions::FromJson(std::string_view text, std
               ov.values_not_compared = std::move(rule);
             } else {
               return Status::InvalidArgument(src + ": ops." + op + ": unknown field '" + field +
-                                             "' (expected dtypes, values_not_compared, reason, comment)");
+                                             "' (expected dtypes, values_not_compared, inputs, reason, comment)");
             }
           }
         }
         COV_RETURN_IF_ERROR(ParseDTypeTable(dtypes, src + ": ops." + op, &ov.tolerances, &ov.multipliers));
-        o.per_op[op] = std::move(ov);
+        if (judged) o.per_op[op] = std::move(ov);
       }
     } else {
       return Status::InvalidArgument(src + ": unknown key '" + key + "' (expected dtypes, ops, default_multiplier)");

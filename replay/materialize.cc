@@ -11,7 +11,7 @@
 #include <ATen/Parallel.h>
 
 #include "backends/dtype_map.h"
-#include "core/index_rules.h"
+#include "core/input_rules.h"
 #include "core/json_double.h"
 
 namespace coverage::replay {
@@ -38,7 +38,7 @@ namespace {
 //    storage's first element is lo and its last hi - 1, so a kernel that
 //    breaks only at the top of its range (an embedding past row 32767) is
 //    found. Ops whose integer argument indexes a dimension take the whole
-//    dimension as the range (IndexRules, core/index_rules.h): an index recorded in
+//    dimension as the range (IndexRules, core/input_rules.h): an index recorded in
 //    [1, 32768) of a 50,257-row table replays in [0, 50257) and reads row
 //    50256; index tensors always lie inside the indexed dimension, even for
 //    hand-written cases.
@@ -224,146 +224,22 @@ at::Tensor MakeBase(const TensorSpec& spec, uint64_t offset) {
   return t.scalar_type() == st ? t : t.to(st);
 }
 
-int64_t NormaliseDim(int64_t dim, size_t rank) {
-  return dim < 0 ? dim + static_cast<int64_t>(rank) : dim;
-}
-
-Argument* FindArg(OpCase& c, std::string_view name) {
-  for (auto& a : c.args) {
-    if (a.name == name) return &a;
-  }
-  return nullptr;
-}
-
 // Note [Structured arguments]
 // Some arguments are not free values but carry a structure the op relies on;
 // drawn uniformly they send the kernel out of bounds (garbage that changes
 // from run to run, on the reference too), race on duplicate writes, or are
-// refused by the reference. A rule replaces the drawn values of one argument
-// with values of that structure, still drawn from the case's seed:
-//  * offsets: sorted, inside [0, total] along the last dimension, the first
-//    and last pinned where the op needs it. aten::_grouped_mm's `offs` are
-//    the cumulative ends of the groups along the dimension the groups split
-//    (the rows of a 2-D self against a 3-D mat2, the shared K of two 2-D
-//    operands, the columns of a 2-D mat2 against a 3-D self), the last one
-//    the total; the embedding_bag ops' `offsets` are the starts of the bags in
-//    the 1-D `indices`, the first one 0, and with include_last_offset a last
-//    one equal to the number of indices; segment_reduce's `offsets` start at
-//    0 and end at data.size(axis).
-//  * lengths: >= 0 and summing to a total along the last dimension:
-//    segment_reduce's `lengths` (to data.size(axis)), repeat_interleave's
-//    `repeats` when an output_size is given (to output_size).
-//  * distinct indices: max_unpool's `indices` are distinct inside each
-//    (batch, channel) plane of the output, as max pooling's are; duplicates
-//    make the result depend on the order of the writes.
-//  * positive definite: the cholesky ops' input is A Aᴴ + n I.
-// The rule's name joins the input cache key: the same spec under another
-// rule is another tensor.
-struct ValueRule {
-  enum class Kind { kNone, kOffsets, kLengths, kDistinctIndices, kPositiveDefinite } kind = Kind::kNone;
-  std::string arg;
-  int64_t total = 0;     // offsets, lengths: the sum or last value; distinct indices: the plane size
-  bool first_zero = false;
-  bool last_total = false;
-  int64_t plane_dims = 0;  // distinct indices: trailing dimensions that make one plane
-
-  std::string KeySuffix() const {
-    switch (kind) {
-      case Kind::kNone: return "";
-      case Kind::kOffsets:
-        return "|offsets" + std::to_string(total) + (first_zero ? "f" : "") + (last_total ? "l" : "");
-      case Kind::kLengths: return "|lengths" + std::to_string(total);
-      case Kind::kDistinctIndices: return "|distinct" + std::to_string(total) + "/" + std::to_string(plane_dims);
-      case Kind::kPositiveDefinite: return "|spd";
-    }
-    return "";
-  }
-};
-
-ValueRule ValueRuleOf(OpCase& c) {
-  ValueRule rule;
-  auto tensor = [&](std::string_view name) -> const TensorSpec* {
-    const Argument* a = FindArg(c, name);
-    return a && a->kind == Argument::Kind::kTensor ? &a->tensor : nullptr;
-  };
-  auto int_arg = [&](std::string_view name) -> std::optional<int64_t> {
-    const Argument* a = FindArg(c, name);
-    if (a && a->kind == Argument::Kind::kInt) return a->i;
-    return std::nullopt;
-  };
-  const std::string& op = c.op;
-  if (op == "aten::_grouped_mm") {
-    const TensorSpec* self = tensor("self");
-    const TensorSpec* mat2 = tensor("mat2");
-    if (!self || !mat2 || !tensor("offs")) return rule;
-    const auto& a = self->shape;
-    const auto& b = mat2->shape;
-    rule.total = -1;
-    if (a.size() == 2 && b.size() == 3) rule.total = a[0];
-    if (a.size() == 2 && b.size() == 2) rule.total = a[1];
-    if (a.size() == 3 && b.size() == 2) rule.total = b[1];
-    if (rule.total < 0) return {};
-    rule.kind = ValueRule::Kind::kOffsets;
-    rule.arg = "offs";
-    rule.last_total = true;
-    return rule;
-  }
-  if (op == "aten::embedding_bag" || op == "aten::_embedding_bag" || op == "aten::_embedding_bag_forward_only") {
-    const TensorSpec* indices = tensor("indices");
-    if (!indices || indices->shape.size() != 1 || !tensor("offsets")) return rule;
-    const Argument* last = FindArg(c, "include_last_offset");
-    rule.kind = ValueRule::Kind::kOffsets;
-    rule.arg = "offsets";
-    rule.total = indices->shape[0];
-    rule.first_zero = true;
-    rule.last_total = last && last->kind == Argument::Kind::kBool && last->b;
-    return rule;
-  }
-  if (op == "aten::segment_reduce" || op == "aten::_segment_reduce_backward") {
-    const TensorSpec* data = tensor("data");
-    const int64_t axis = NormaliseDim(int_arg("axis").value_or(0), data ? data->shape.size() : 0);
-    if (!data || axis < 0 || axis >= static_cast<int64_t>(data->shape.size())) return rule;
-    rule.total = data->shape[axis];
-    if (tensor("lengths")) {
-      rule.kind = ValueRule::Kind::kLengths;
-      rule.arg = "lengths";
-    } else if (tensor("offsets")) {
-      rule.kind = ValueRule::Kind::kOffsets;
-      rule.arg = "offsets";
-      rule.first_zero = rule.last_total = true;
-    }
-    return rule;
-  }
-  if (op == "aten::repeat_interleave" && tensor("repeats")) {
-    const auto size = int_arg("output_size");
-    if (!size || *size < 0) return rule;
-    rule.kind = ValueRule::Kind::kLengths;
-    rule.arg = "repeats";
-    rule.total = *size;
-    return rule;
-  }
-  if (op == "aten::max_unpool2d" || op == "aten::max_unpool3d") {
-    const Argument* size = FindArg(c, "output_size");
-    if (!tensor("indices") || !size || size->kind != Argument::Kind::kIntList || size->ints.empty()) return rule;
-    rule.kind = ValueRule::Kind::kDistinctIndices;
-    rule.arg = "indices";
-    rule.plane_dims = static_cast<int64_t>(size->ints.size());
-    rule.total = 1;
-    for (int64_t d : size->ints) rule.total *= std::max<int64_t>(d, 0);
-    return rule;
-  }
-  if (op == "aten::cholesky" || op == "aten::linalg_cholesky" || op == "aten::linalg_cholesky_ex") {
-    const TensorSpec* self = tensor("self");
-    if (!self || self->shape.size() < 2 || self->shape.end()[-1] != self->shape.end()[-2]) return rule;
-    rule.kind = ValueRule::Kind::kPositiveDefinite;
-    rule.arg = "self";
-  }
-  return rule;
-}
-
+// refused by the reference. A rule (StructuredValues, core/input_rules.h;
+// which op's argument needs which is data: the "values" input rules of
+// configs/tolerances.json) replaces the drawn values of one argument with
+// values of that structure, still drawn from the case's seed: offsets
+// (aten::_grouped_mm's offs, the embedding_bag ops' offsets, segment_reduce's
+// offsets), lengths (segment_reduce's lengths, repeat_interleave's repeats
+// with an output_size), distinct indices (max_unpool's indices) and a
+// positive definite matrix (the cholesky ops' input). The rule's name joins
+// the input cache key: the same spec under another rule is another tensor.
 // The values `rule` asks for, from the drawn values `v` (the argument's view).
-at::Tensor Structured(const at::Tensor& v, const ValueRule& rule) {
-  using Kind = ValueRule::Kind;
+at::Tensor Structured(const at::Tensor& v, const StructuredValues& rule) {
+  using Kind = StructuredValues::Kind;
   switch (rule.kind) {
     case Kind::kNone: return v;
     case Kind::kOffsets: {
@@ -403,7 +279,7 @@ at::Tensor Structured(const at::Tensor& v, const ValueRule& rule) {
 
 // The storage base with the argument's view holding the values of `rule`.
 // Views that overlap themselves (expanded arguments) keep the drawn values.
-at::Tensor ApplyRule(const at::Tensor& base, const TensorSpec& spec, const ValueRule& rule) {
+at::Tensor ApplyRule(const at::Tensor& base, const TensorSpec& spec, const StructuredValues& rule) {
   at::Tensor out = base.clone();
   at::Tensor view = out.as_strided(spec.shape, spec.strides, spec.storage_offset);
   if (at::has_internal_overlap(view) != at::MemOverlap::No) return base;
@@ -657,7 +533,7 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
   m.op_case_ = input_case;
   m.cache_ptr_ = cache;
   IndexRules(m.op_case_);
-  const ValueRule rule = ValueRuleOf(m.op_case_);
+  const StructuredValues rule = StructuredValuesOf(m.op_case_);
   const auto& schema_args = schema.arguments();
   if (schema_args.size() != m.op_case_.args.size()) {
     return Status::InvalidArgument(input_case.QualifiedName() + ": case has " + std::to_string(input_case.args.size()) +
@@ -684,7 +560,7 @@ Result<MaterializedCase> Materialize(const OpCase& input_case, const c10::Functi
       for (int64_t s : spec.strides) {
         if (s < 0) return Status::InvalidArgument(input_case.QualifiedName() + ": argument '" + a.name + "' has a negative stride");
       }
-      const bool by_rule = rule.kind != ValueRule::Kind::kNone && a.name == rule.arg;
+      const bool by_rule = rule.kind != StructuredValues::Kind::kNone && a.name == rule.arg;
       const std::string storage = by_rule ? SpecKey(spec) : spec.StorageKey();
       MaterializedCase::TensorInput in;
       in.cache_key = storage + "#" + std::to_string(rank[storage]++) + "@" + std::to_string(seed) +

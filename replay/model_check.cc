@@ -47,44 +47,4 @@ namespace coverage::replay {
 // still misses the widened ones, there is no verdict: the item is skipped
 // with both differences, rather than blamed on the backend.
 
-nlohmann::json ModelCheckItemToJson(const ModelCheckItem& item) {
-  nlohmann::json j = {{"item", item.item},
-                      {"outcome", OutcomeName(item.outcome)},
-                      {"error", item.error},
-                      {"max_abs_err", DoubleToJson(item.max_abs_err)},
-                      {"max_rel_err", DoubleToJson(item.max_rel_err)},
-                      {"cosine", DoubleToJson(item.cosine)},
-                      {"values_compared", item.values_compared},
-                      {"detail", item.detail},
-                      {"seconds", item.seconds}};
-  if (item.error_ratio) j["error_ratio"] = DoubleToJson(*item.error_ratio);
-  return j;
-}
-
-Result<ModelCheckItem> ModelCheckItemFromJson(const nlohmann::json& j) {
-  if (!j.is_object() || !j.contains("item") || !j.contains("outcome")) {
-    return Status::Corruption("model check item: expected an object with 'item' and 'outcome'");
-  }
-  // Members of another type than written throw in nlohmann's get() and
-  // value() (fuzz/worker_protocol.cc found them): a corrupt item too.
-  try {
-    ModelCheckItem item;
-    item.item = j["item"].get<std::string>();
-    auto outcome = OutcomeFromName(j["outcome"].get<std::string>());
-    if (!outcome) return Status::Corruption("model check item: unknown outcome " + j["outcome"].dump());
-    item.outcome = *outcome;
-    item.error = j.value("error", std::string());
-    item.max_abs_err = DoubleFromJson(j.value("max_abs_err", nlohmann::json())).value_or(0.0);
-    item.max_rel_err = DoubleFromJson(j.value("max_rel_err", nlohmann::json())).value_or(0.0);
-    item.cosine = DoubleFromJson(j.value("cosine", nlohmann::json())).value_or(1.0);
-    if (j.contains("error_ratio")) item.error_ratio = DoubleFromJson(j["error_ratio"]);
-    item.values_compared = j.value("values_compared", false);
-    item.detail = j.value("detail", nlohmann::json::object());
-    item.seconds = j.value("seconds", 0.0);
-    return item;
-  } catch (const nlohmann::json::exception& e) {
-    return Status::Corruption(std::string("model check item: ") + e.what());
-  }
-}
-
 }  // namespace coverage::replay

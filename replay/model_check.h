@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/model_item.h"
 #include "core/outcome.h"
 #include "core/result.h"
 #include "replay/compare_options.h"
@@ -37,26 +38,5 @@ struct ModelCheckOptions {
   double grad_norm_rtol = 1e-3;              // each parameter's gradient norm, every step (likewise)
   double param_update_rtol = 0.05;           // ||p_backend - p_ref|| / ||p_ref - p_initial|| after the last step
 };
-
-struct ModelCheckItem {
-  std::string item;  // a module path ("model.layers.0.mlp"), "forward" or "train"
-  Outcome outcome = Outcome::kPass;
-  std::string error;  // why it is not a pass
-  double max_abs_err = 0;
-  double max_rel_err = 0;
-  double cosine = 1;
-  std::optional<double> error_ratio;  // vs the fp64 golden, when it ran
-  bool values_compared = false;       // the metrics above mean something (not for errors and skips)
-  nlohmann::json detail = nlohmann::json::object();  // first divergent call, top-k, losses, grad norms, replay counts
-  double seconds = 0;
-  // Reruns (isolation/isolation.h): the outcome above is the first attempt's.
-  int attempts = 1;
-  bool flaky = false;
-  std::vector<Outcome> attempt_outcomes;
-};
-
-// JSON forms, for worker messages.
-nlohmann::json ModelCheckItemToJson(const ModelCheckItem& item);
-Result<ModelCheckItem> ModelCheckItemFromJson(const nlohmann::json& j);
 
 }  // namespace coverage::replay

@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-void Fail(ModelCheckItem& item, Outcome outcome, const std::string& why) {
+void Fail(ModelItemResult& item, Outcome outcome, const std::string& why) {
   if (item.outcome == Outcome::kPass) {
     item.outcome = outcome;
     item.error = why;
@@ -43,14 +43,16 @@ bool LanguageModel(const Program& p) {
 
 // Judges the outputs (Note [Model verdicts]): each output against the
 // reference (golden where given), the worst one reported.
-void JudgeOutputs(ModelCheckItem& item, const std::vector<Judged>& outputs,
+void JudgeOutputs(ModelItemResult& item, const std::vector<Judged>& outputs,
                   const std::function<at::Tensor(int64_t)>& golden_of, const ProgramReplayOptions& options) {
   item.outcome = Outcome::kPass;
   item.error.clear();
-  item.values_compared = false;
-  item.max_abs_err = item.max_rel_err = 0;
-  item.cosine = 1;
+  item.max_abs_err.reset();
+  item.max_rel_err.reset();
+  item.cosine.reset();
   item.error_ratio.reset();
+  double max_abs = 0, max_rel = 0, cosine = 1;
+  bool compared = false;
   int64_t elements = 0, mismatched = 0;
   for (const auto& o : outputs) {
     const DType dt = ToDType(o.reference.scalar_type()).value_or(DType::kFloat32);
@@ -58,16 +60,16 @@ void JudgeOutputs(ModelCheckItem& item, const std::vector<Judged>& outputs,
     const double mult = options.check.comparison.MultiplierFor("model", "forward", dt);
     const TensorComparison c = CompareTensors(o.backend, o.reference, golden_of(o.id), tol, mult, o.meaningful);
     if (!c.values_compared) continue;
-    item.values_compared = true;
+    compared = true;
     elements += c.elements;
     mismatched += c.mismatched + c.nonfinite_diff;
-    item.max_abs_err = std::max(item.max_abs_err, c.max_abs_err);
-    item.max_rel_err = std::max(item.max_rel_err, c.max_rel_err);
+    max_abs = std::max(max_abs, c.max_abs_err);
+    max_rel = std::max(max_rel, c.max_rel_err);
     if (c.error_ratio) item.error_ratio = std::max(item.error_ratio.value_or(0.0), *c.error_ratio);
     const std::string where = fmt::format("output of call {} ({})", o.call, o.op);
     if (c.outcome != Outcome::kPass) Fail(item, c.outcome, where + ": " + c.message);
     if (o.reference.is_floating_point() && o.reference.numel() > 1) {
-      item.cosine = std::min(item.cosine, c.cosine);
+      cosine = std::min(cosine, c.cosine);
       if (c.cosine < options.check.min_cosine && c.outcome != Outcome::kShapeMismatch &&
           c.outcome != Outcome::kDtypeMismatch) {
         Fail(item, Outcome::kMismatch,
@@ -75,12 +77,18 @@ void JudgeOutputs(ModelCheckItem& item, const std::vector<Judged>& outputs,
       }
     }
   }
+  if (compared) {
+    item.max_abs_err = max_abs;
+    item.max_rel_err = max_rel;
+    item.cosine = cosine;
+  }
   item.detail["outputs"] = outputs.size();
   item.detail["elements"] = elements;
   item.detail["mismatched"] = mismatched;
 }
 
-void TopK(ModelCheckItem& item, const at::Tensor& backend, const at::Tensor& reference, const ModelCheckOptions& options) {
+void TopK(ModelItemResult& item, const at::Tensor& backend, const at::Tensor& reference,
+          const ModelCheckOptions& options) {
   const int64_t V = reference.size(-1);
   const at::Tensor r = reference.reshape({-1, V}).to(at::kFloat);
   const at::Tensor b = backend.reshape({-1, V}).to(at::kFloat);
@@ -98,7 +106,7 @@ void TopK(ModelCheckItem& item, const at::Tensor& backend, const at::Tensor& ref
   }
 }
 
-void Stats(ModelCheckItem& item, const Replayer& r, const Program& p) {
+void Stats(ModelItemResult& item, const Replayer& r, const Program& p) {
   item.detail["replay"] = {{"calls", p.calls.size()},
                            {"calls_run", r.calls_run()},
                            {"peak_live_bytes", r.peak_live_bytes()},
@@ -108,7 +116,7 @@ void Stats(ModelCheckItem& item, const Replayer& r, const Program& p) {
 }
 
 // Judged outputs, golden asked for when they mismatch.
-void JudgeWithGolden(ModelCheckItem& item, const std::vector<Judged>& outputs,
+void JudgeWithGolden(ModelItemResult& item, const std::vector<Judged>& outputs,
                      const ProgramReplayOptions& options, const Program& program) {
   JudgeOutputs(item, outputs, [](int64_t) { return at::Tensor(); }, options);
   const bool ask = options.check.golden == GoldenMode::kAlways ||
@@ -126,9 +134,9 @@ void JudgeWithGolden(ModelCheckItem& item, const std::vector<Judged>& outputs,
 
 }  // namespace
 
-ModelCheckItem ReplayProgram(const Program& program, Backend& backend, const ProgramReplayOptions& options) {
+ModelItemResult ReplayProgram(const Program& program, Backend& backend, const ProgramReplayOptions& options) {
   const auto start = Clock::now();
-  ModelCheckItem item;
+  ModelItemResult item;
   item.item = "forward";
   try {
     Replayer replayer(program, &backend, options);
@@ -180,10 +188,10 @@ ModelCheckItem ReplayProgram(const Program& program, Backend& backend, const Pro
   return item;
 }
 
-std::vector<ModelCheckItem> ReplayModules(const Program& program, const std::vector<std::string>& modules,
-                                          Backend& backend, const ProgramReplayOptions& options) {
+std::vector<ModelItemResult> ReplayModules(const Program& program, const std::vector<std::string>& modules,
+                                           Backend& backend, const ProgramReplayOptions& options) {
   const auto start = Clock::now();
-  std::vector<ModelCheckItem> items(modules.size());
+  std::vector<ModelItemResult> items(modules.size());
   for (size_t i = 0; i < modules.size(); ++i) {
     items[i].item = modules[i];
     items[i].detail["module"] = modules[i];
@@ -207,7 +215,7 @@ std::vector<ModelCheckItem> ReplayModules(const Program& program, const std::vec
       }
     } else {
       for (size_t i = 0; i < modules.size(); ++i) {
-        ModelCheckItem& item = items[i];
+        ModelItemResult& item = items[i];
         std::vector<Judged> outputs;
         for (const auto& o : replayer.judged()) {
           if (o.module == modules[i]) outputs.push_back(o);
@@ -233,8 +241,8 @@ std::vector<ModelCheckItem> ReplayModules(const Program& program, const std::vec
   return items;
 }
 
-ModelCheckItem ReplayModule(const Program& program, const std::string& module, Backend& backend,
-                            const ProgramReplayOptions& options) {
+ModelItemResult ReplayModule(const Program& program, const std::string& module, Backend& backend,
+                             const ProgramReplayOptions& options) {
   return ReplayModules(program, {module}, backend, options).front();
 }
 
@@ -317,9 +325,9 @@ nlohmann::json Finite(double v) { return std::isfinite(v) ? nlohmann::json(v) : 
 
 }  // namespace
 
-ModelCheckItem ReplayTraining(const Program& program, Backend& backend, const ProgramReplayOptions& options) {
+ModelItemResult ReplayTraining(const Program& program, Backend& backend, const ProgramReplayOptions& options) {
   const auto start = Clock::now();
-  ModelCheckItem item;
+  ModelItemResult item;
   item.item = "train";
   const int steps = std::max(1, options.check.train_steps);
   item.detail["steps"] = steps;
@@ -372,8 +380,9 @@ ModelCheckItem ReplayTraining(const Program& program, Backend& backend, const Pr
         }
       };
       judge(*diff);
-      item.values_compared = true;
+      item.max_abs_err = 0;  // relative figures only (the details hold each)
       item.max_rel_err = std::max({diff->loss_rel, diff->grad_rel, diff->param_rel});
+      item.cosine = 1;
       nlohmann::json ref_losses = nlohmann::json::array(), dev_losses = nlohmann::json::array();
       for (double v : diff->ref_losses) ref_losses.push_back(Finite(v));
       for (double v : diff->dev_losses) dev_losses.push_back(Finite(v));
@@ -449,12 +458,12 @@ std::vector<std::string> ModuleKinds(const Program& program) {
   return out;
 }
 
-std::vector<ModelCheckItem> RunProgramStage(const std::string& stage, const Program& program, Backend& backend,
-                                            const ProgramReplayOptions& options) {
+std::vector<ModelItemResult> RunProgramStage(const std::string& stage, const Program& program, Backend& backend,
+                                             const ProgramReplayOptions& options) {
   if (stage == "module") {
     const auto modules = ModuleKinds(program);
     if (modules.empty()) {
-      ModelCheckItem item;
+      ModelItemResult item;
       item.item = "*";
       item.outcome = Outcome::kSkipped;
       item.error = "no call of the program ran inside a module";
@@ -464,15 +473,15 @@ std::vector<ModelCheckItem> RunProgramStage(const std::string& stage, const Prog
   }
   if (stage == "train") return {ReplayTraining(program, backend, options)};
   if (stage == "model") return {ReplayProgram(program, backend, options)};
-  ModelCheckItem item;
+  ModelItemResult item;
   item.item = "*";
   item.outcome = Outcome::kError;
   item.error = "'" + stage + "' is not a model-level stage (module, model, train)";
   return {item};
 }
 
-std::vector<ModelCheckItem> InProcessProgramStageRunner::Run(const std::string& stage, const std::string& /*model_id*/,
-                                                             const std::string& /*profile*/, const Program& program) {
+std::vector<ModelItemResult> InProcessProgramStageRunner::Run(const std::string& stage, const std::string& /*model_id*/,
+                                                              const std::string& /*profile*/, const Program& program) {
   return RunProgramStage(stage, program, backend_, options_);
 }
 

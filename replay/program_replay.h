@@ -36,7 +36,7 @@ struct ProgramReplayOptions {
 // The item is "forward"; its detail holds "first_divergent" (call index, op,
 // op case key, module, phase, outcome, message) when the replay failed and a
 // call could be blamed, and "replay" (calls run, peak live bytes, ...).
-ModelCheckItem ReplayProgram(const Program& program, Backend& backend, const ProgramReplayOptions& options);
+ModelItemResult ReplayProgram(const Program& program, Backend& backend, const ProgramReplayOptions& options);
 
 // Modules' own calls (those whose module path is exactly the module; its
 // sub-modules are modules of their own) on the backend, each module fed the
@@ -44,17 +44,17 @@ ModelCheckItem ReplayProgram(const Program& program, Backend& backend, const Pro
 // outside it: one item per module, named by its path, from one pass of the
 // program. A failure inside a module is that module's item; the others are
 // then skipped as not reached.
-std::vector<ModelCheckItem> ReplayModules(const Program& program, const std::vector<std::string>& modules,
-                                          Backend& backend, const ProgramReplayOptions& options);
-ModelCheckItem ReplayModule(const Program& program, const std::string& module, Backend& backend,
-                            const ProgramReplayOptions& options);
+std::vector<ModelItemResult> ReplayModules(const Program& program, const std::vector<std::string>& modules,
+                                           Backend& backend, const ProgramReplayOptions& options);
+ModelItemResult ReplayModule(const Program& program, const std::string& module, Backend& backend,
+                             const ProgramReplayOptions& options);
 
 // The training program (forward, loss, backward, optimizer) replayed
 // options.check.train_steps times, parameters carried over, judged as the
 // train stage judges (Note [Model verdicts], Note [Reproducible training]):
 // each step's loss, each gradient's norm, and the parameters after the last
 // step against how far the reference's moved. The item is "train".
-ModelCheckItem ReplayTraining(const Program& program, Backend& backend, const ProgramReplayOptions& options);
+ModelItemResult ReplayTraining(const Program& program, Backend& backend, const ProgramReplayOptions& options);
 
 // The module paths a module stage checks: the first instance of each module
 // kind (the path with its layer indices dropped: model.layers.0.mlp and
@@ -64,8 +64,8 @@ std::vector<std::string> ModuleKinds(const Program& program);
 
 // One model-level stage of one captured program: "module" (ReplayModules
 // over ModuleKinds), "model" (ReplayProgram) or "train" (ReplayTraining).
-std::vector<ModelCheckItem> RunProgramStage(const std::string& stage, const Program& program, Backend& backend,
-                                            const ProgramReplayOptions& options);
+std::vector<ModelItemResult> RunProgramStage(const std::string& stage, const Program& program, Backend& backend,
+                                             const ProgramReplayOptions& options);
 
 // The seam the model stages (stages/model_stage.h) talk to: in this process
 // (InProcessProgramStageRunner) or in a worker (isolation.h), which loads the
@@ -73,8 +73,8 @@ std::vector<ModelCheckItem> RunProgramStage(const std::string& stage, const Prog
 class ProgramStageRunner {
  public:
   virtual ~ProgramStageRunner() = default;
-  virtual std::vector<ModelCheckItem> Run(const std::string& stage, const std::string& model_id,
-                                          const std::string& profile, const Program& program) = 0;
+  virtual std::vector<ModelItemResult> Run(const std::string& stage, const std::string& model_id,
+                                           const std::string& profile, const Program& program) = 0;
   // A failure of the harness itself (a worker that cannot start); the stage
   // loop stops with it and does not store the last Run's items.
   virtual Status HarnessStatus() const { return Status::Ok(); }
@@ -84,8 +84,8 @@ class InProcessProgramStageRunner final : public ProgramStageRunner {
  public:
   InProcessProgramStageRunner(Backend& backend, ProgramReplayOptions options)
       : backend_(backend), options_(std::move(options)) {}
-  std::vector<ModelCheckItem> Run(const std::string& stage, const std::string& model_id, const std::string& profile,
-                                  const Program& program) override;
+  std::vector<ModelItemResult> Run(const std::string& stage, const std::string& model_id, const std::string& profile,
+                                   const Program& program) override;
 
  private:
   Backend& backend_;

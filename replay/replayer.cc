@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
-#include "core/index_rules.h"
+#include "core/input_rules.h"
 #include "replay/call_engine.h"
 #include "replay/compare.h"
 #include "replay/composites.h"

@@ -233,12 +233,12 @@ void FindBroken(Report& r) {
     b.model_id = id;
     b.family = model.family;
     b.stage = record.stage;
-    b.item = record.item;
+    b.item = record.result.item;
     b.profile = record.profile;
-    b.error = record.error;
+    b.error = record.result.error;
     b.verdict = *first->verdict;
     b.first_divergent = first->first_divergent;
-    b.error_ratio = record.error_ratio;
+    b.error_ratio = record.result.error_ratio;
     b.is_new = first->change == Change::kNewFailure;
     r.broken_models.push_back(std::move(b));
   }

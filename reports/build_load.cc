@@ -39,8 +39,7 @@ CaseEntry FromRow(const std::string& run_id, registry::CaseResultRow row) {
 
 }  // namespace
 
-std::optional<FirstDivergent> ReadFirstDivergent(const std::string& detail_json) {
-  auto j = nlohmann::json::parse(detail_json, nullptr, /*allow_exceptions=*/false);
+std::optional<FirstDivergent> ReadFirstDivergent(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("first_divergent") || !j["first_divergent"].is_object()) return std::nullopt;
   const auto& d = j["first_divergent"];
   FirstDivergent f;
@@ -146,7 +145,7 @@ Result<ItemMap> LoadItems(Registry& registry, const std::string& run_id, std::ve
   COV_ASSIGN_OR_RETURN(auto rows, registry.ModelResultsForRun(run_id, /*as_stored=*/true));
   ItemMap out;
   for (auto& r : rows) {
-    ItemKey key{r.model_id, r.stage, r.item};
+    ItemKey key{r.model_id, r.stage, r.result.item};
     if (order) order->push_back(key);
     if (families && !r.family.empty()) families->emplace(r.model_id, r.family);
     out.emplace(std::move(key), std::move(r));

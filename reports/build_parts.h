@@ -120,7 +120,7 @@ Result<ItemMap> LoadItems(registry::Registry& registry, const std::string& run_i
 
 // The "first_divergent" object of a model result's detail (written by
 // replay/program_replay.cc); none when absent or not readable.
-std::optional<FirstDivergent> ReadFirstDivergent(const std::string& detail_json);
+std::optional<FirstDivergent> ReadFirstDivergent(const nlohmann::json& detail);
 
 // ---- the builder -----------------------------------------------------------------
 
@@ -140,9 +140,10 @@ class Builder {
     return Judge(outcome, e);
   }
   Judged JudgeItem(const registry::ModelResultRecord& r, bool count) {
-    const Expectation* e = options_.expectations.MatchModelItem(r.stage, r.model_id, r.item, r.outcome);
+    const ModelItemResult& item = r.result;
+    const Expectation* e = options_.expectations.MatchModelItem(r.stage, r.model_id, item.item, item.outcome);
     if (e != nullptr && count) ++matched_[e - options_.expectations.entries.data()];
-    return Judge(r.outcome, e);
+    return Judge(item.outcome, e);
   }
 
   Status AddUnitRun(const RunInfo& run, const std::optional<RunInfo>& baseline);   // build_runs.cc

@@ -102,7 +102,7 @@ Status Builder::AddModelRun(const RunInfo& run, const std::optional<RunInfo>& ba
     ModelItemEntry item;
     item.result = std::move(now.at(key));
     const registry::ModelResultRecord& result = *item.result;
-    item.first_divergent = ReadFirstDivergent(result.detail_json);
+    item.first_divergent = ReadFirstDivergent(result.result.detail);
     const Judged j = JudgeItem(result, true);
     item.verdict = j.verdict;
     if (j.expectation) item.expectation = j.expectation->reason;
@@ -117,8 +117,10 @@ Status Builder::AddModelRun(const RunInfo& run, const std::optional<RunInfo>& ba
       const registry::ModelResultRecord& base = *item.baseline;
       std::vector<Finding> findings;
       if (auto f = VerdictChange(base_verdict, *item.verdict)) findings.push_back(*f);
-      if (result.outcome == Outcome::kPass && base.outcome == Outcome::kPass) {
-        if (auto f = Drift(base.max_abs_err, result.max_abs_err, options_)) findings.push_back(*f);
+      const ModelItemResult& now_item = result.result;
+      const ModelItemResult& base_item = base.result;
+      if (now_item.outcome == Outcome::kPass && base_item.outcome == Outcome::kPass) {
+        if (auto f = Drift(base_item.max_abs_err, now_item.max_abs_err, options_)) findings.push_back(*f);
       }
       ApplyFindings(item, std::move(findings));
     }
@@ -129,7 +131,8 @@ Status Builder::AddModelRun(const RunInfo& run, const std::optional<RunInfo>& ba
   for (auto& [key, base] : before) {  // what is left was not run this time
     ModelItemEntry item;
     item.change = Change::kRemoved;
-    item.change_detail = fmt::format("in {} ({}), not in {}", baseline->run_id, OutcomeName(base.outcome), run.run_id);
+    item.change_detail =
+        fmt::format("in {} ({}), not in {}", baseline->run_id, OutcomeName(base.result.outcome), run.run_id);
     item.baseline = std::move(base);
     ModelEntry& model = models_[std::get<0>(key)];
     model.model_id = std::get<0>(key);

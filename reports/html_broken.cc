@@ -137,8 +137,8 @@ void WriteRegressions(Out& out, const Report& report) {
         "<tr class=\"{}\"><td><code>{}</code></td><td>{}:{} {}</td><td>{}</td><td>{}</td><td><pre class=\"error\">{}"
         "</pre></td><td></td></tr>\n",
         item->change == Change::kNewFailure ? "new-failure" : "regressed", E(model->model_id), E(record.stage),
-        E(record.item), E(record.profile), E(ChangeName(item->change)), E(item->change_detail),
-        E(Shorten(record.error, 2000)));
+        E(record.result.item), E(record.profile), E(ChangeName(item->change)), E(item->change_detail),
+        E(Shorten(record.result.error, 2000)));
   }
   out += "</tbody></table>\n";
   const size_t total = cases.size() + items.size();

@@ -49,8 +49,8 @@ void WriteModels(Out& out, const Report& report) {
         const registry::ModelResultRecord& record = item->Record();
         Put(out,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><pre class=\"error\">{}</pre></td><td>{}</td></tr>\n",
-            E(record.stage), E(record.item), E(record.profile), VerdictBadge(item->verdict),
-            E(Shorten(record.error, 2000)), E(record.blocked_by));
+            E(record.stage), E(record.result.item), E(record.profile), VerdictBadge(item->verdict),
+            E(Shorten(record.result.error, 2000)), E(record.blocked_by));
       }
       out += "</tbody></table>\n";
     }

@@ -85,12 +85,12 @@ std::string ReportToJson(const Report& report) {
       j["model_regressions"].push_back({{"run_id", item.result ? item.result->run_id : std::string()},
                                         {"model", m.model_id},
                                         {"stage", record.stage},
-                                        {"item", record.item},
+                                        {"item", record.result.item},
                                         {"change", ChangeName(item.change)},
                                         {"detail", item.change_detail},
                                         {"verdict", OutcomeNameOrEmpty(item.verdict)},
                                         {"baseline_outcome", OutcomeNameOrEmpty(OutcomeOf(item.baseline))},
-                                        {"error", record.error}});
+                                        {"error", record.result.error}});
     }
   }
 

@@ -122,15 +122,18 @@ TestCase FromCase(const CaseEntry& c) {
 }
 
 TestCase FromItem(const ModelEntry& m, const ModelItemEntry& item) {
-  const registry::ModelResultRecord& r = item.Record();
+  const registry::ModelResultRecord& record = item.Record();
+  const ModelItemResult& r = record.result;
   TestCase tc;
   tc.classname = m.model_id;
-  tc.name = r.stage + ":" + r.item;
+  tc.name = record.stage + ":" + r.item;
   tc.verdict = item.verdict;
   tc.seconds = r.seconds;
   tc.message = !r.error.empty() ? FirstLine(r.error) : std::string(OutcomeNameOrEmpty(OutcomeOf(item.result)));
   tc.text = r.error;
-  if (!r.blocked_by.empty()) tc.text += (tc.text.empty() ? "" : "\n") + std::string("blocked by ") + r.blocked_by;
+  if (!record.blocked_by.empty()) {
+    tc.text += (tc.text.empty() ? "" : "\n") + std::string("blocked by ") + record.blocked_by;
+  }
   if (!item.change_detail.empty()) {
     tc.text += (tc.text.empty() ? "" : "\n") + std::string(ChangeName(item.change)) + ": " + item.change_detail;
   }

@@ -249,9 +249,11 @@ std::string_view OutcomeNameOrEmpty(const std::optional<Outcome>& outcome);
 
 // The outcome of a stored result (CaseResult, registry::ModelResultRecord),
 // or none when there is none.
-template <typename Record>
-std::optional<Outcome> OutcomeOf(const std::optional<Record>& record) {
-  return record ? std::optional<Outcome>(record->outcome) : std::nullopt;
+inline std::optional<Outcome> OutcomeOf(const std::optional<CaseResult>& result) {
+  return result ? std::optional<Outcome>(result->outcome) : std::nullopt;
+}
+inline std::optional<Outcome> OutcomeOf(const std::optional<registry::ModelResultRecord>& record) {
+  return record ? std::optional<Outcome>(record->result.outcome) : std::nullopt;
 }
 
 // Writers. Every string from the registry (model ids, error text, case

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "core/index_rules.h"
+#include "core/input_rules.h"
 
 namespace coverage::reports {
 namespace {

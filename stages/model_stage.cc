@@ -75,7 +75,8 @@ double RunsOf(const std::string& stage, const replay::ModelCheckOptions& checks)
 // failure among its items, else skipped when any item was, else pass.
 std::pair<Outcome, std::string> WorstOf(const std::vector<registry::ModelResultRecord>& items) {
   std::pair<Outcome, std::string> out{Outcome::kPass, ""};
-  for (const auto& r : items) {
+  for (const auto& record : items) {
+    const ModelItemResult& r = record.result;
     if (IsUnexpectedFailure(r.outcome)) return {r.outcome, r.item};
     if (r.outcome == Outcome::kSkipped) out = {Outcome::kSkipped, r.item};
   }
@@ -84,32 +85,10 @@ std::pair<Outcome, std::string> WorstOf(const std::vector<registry::ModelResultR
 
 registry::ModelResultRecord Skipped(const std::string& why, const std::string& family) {
   registry::ModelResultRecord r;
-  r.item = "*";
-  r.outcome = Outcome::kSkipped;
-  r.error = why;
+  r.result.item = "*";
+  r.result.outcome = Outcome::kSkipped;
+  r.result.error = why;
   r.family = family;
-  return r;
-}
-
-registry::ModelResultRecord ToRecord(const replay::ModelCheckItem& item, const std::string& family) {
-  registry::ModelResultRecord r;
-  r.item = item.item;
-  r.outcome = item.outcome;
-  r.error = item.error;
-  r.family = family;
-  if (item.values_compared) {  // no numbers for errors and skips
-    r.max_abs_err = item.max_abs_err;
-    r.max_rel_err = item.max_rel_err;
-    r.cosine = item.cosine;
-    r.error_ratio = item.error_ratio;
-  }
-  r.seconds = item.seconds;
-  r.detail_json = DumpJson(item.detail);
-  r.attempts = item.attempts;
-  r.flaky = item.flaky;
-  for (Outcome o : item.attempt_outcomes) {
-    r.attempt_outcomes += (r.attempt_outcomes.empty() ? "" : ",") + std::string(OutcomeName(o));
-  }
   return r;
 }
 
@@ -269,7 +248,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
                                            "backend and the reference), over the --max-gb {:.3g} budget",
                                            bytes / 1e9, options.max_bytes / 1e9),
                                family));
-        rows.back().detail_json = nlohmann::json{{"estimated_bytes", bytes}}.dump();
+        rows.back().result.detail = {{"estimated_bytes", bytes}};
         ++summary.skipped_by_cost;
         COV_RETURN_IF_ERROR(record());
         continue;
@@ -279,14 +258,14 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
         rows.push_back(Skipped(fmt::format("estimated {:.3g} FLOPs exceeds --max-model-flops {:.3g}", cost,
                                            *options.max_model_flops),
                                family));
-        rows.back().detail_json = nlohmann::json{{"estimated_flops", cost}}.dump();
+        rows.back().result.detail = {{"estimated_flops", cost}};
         ++summary.skipped_by_cost;
         COV_RETURN_IF_ERROR(record());
         continue;
       }
       progress.Update(static_cast<int64_t>(i), fmt::format("{} failing | {} {}", failing, stage, model.model_id));
       COV_RETURN_IF_ERROR(run.Begin("model:" + model.model_id + ":" + stage));
-      std::vector<replay::ModelCheckItem> items = runner.Run(stage, model.model_id, profile->name, program);
+      std::vector<ModelItemResult> items = runner.Run(stage, model.model_id, profile->name, program);
       if (Status harness = runner.HarnessStatus(); !harness.ok()) {
         if (harness.code() == StatusCode::kAborted && run.StopRequested()) {  // stopped while a worker started
           summary.interrupted = true;
@@ -294,16 +273,15 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
         }
         return harness;
       }
-      for (const auto& item : items) {
-        rows.push_back(ToRecord(item, family));
-        nlohmann::json d = nlohmann::json::parse(rows.back().detail_json);
+      for (auto& item : items) {
+        nlohmann::json& d = item.detail;
         d["program"] = {{"calls", program.calls.size()},
                         {"layers", nlohmann::json::parse(program.info.layers_json.empty() ? "{}" : program.info.layers_json,
                                                          nullptr, false)},
                         {"captured_on", program.info.device}};
         d["estimated_flops"] = cost;
         d["estimated_bytes"] = bytes;
-        rows.back().detail_json = DumpJson(d);
+        rows.push_back({.family = family, .result = std::move(item)});
       }
       if (rows.empty()) rows.push_back(Skipped("the program has no module of its own to check", family));
       ++summary.executed;
@@ -321,7 +299,8 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
     const auto& [stage, model_id, profile] = key;
     const auto [outcome, item] = WorstOf(items);
     ++summary.per_stage[stage][outcome];
-    for (const auto& r : items) {
+    for (const auto& record : items) {
+      const ModelItemResult& r = record.result;
       if (!IsUnexpectedFailure(r.outcome)) continue;
       ++summary.failing_items[stage][r.item];
       ++summary.failing_total;

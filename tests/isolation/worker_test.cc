@@ -75,7 +75,7 @@ TEST(WorkerProtocol, SetupIntegersOutOfRangeOrFractionalAreErrorsNamingTheMember
     auto bad = WorkerSetup::FromJson(nlohmann::json::parse(text));
     ASSERT_FALSE(bad.has_value()) << text;
     EXPECT_EQ(bad.error().code(), StatusCode::kInvalidArgument) << text;
-    EXPECT_NE(bad.error().message().find("must be a whole number"), std::string::npos) << bad.error().message();
+    EXPECT_NE(bad.error().message().find("expected a whole number"), std::string::npos) << bad.error().message();
   }
 }
 

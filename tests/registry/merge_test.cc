@@ -123,9 +123,9 @@ TEST_F(Merge, ASkippedResultIsReplacedByTheShardsRealOneAndTheSourceIsOnlyRead) 
     ASSERT_TRUE(merged->RecordResult("R", ids_[0], CaseResult{.outcome = Outcome::kSkipped,
                                       .error = "over the cost cap"}).ok());
     ASSERT_TRUE(merged->RecordModelStage("R", "m/x", "prefill", "model",
-                                         {{.item = "*", .outcome = Outcome::kSkipped, .error = "cap"}}).ok());
+                                         {{.result = {.item = "*", .outcome = Outcome::kSkipped, .error = "cap"}}}).ok());
     auto s0 = Open("s0.db");
-    ASSERT_TRUE(s0->RecordModelStage("R", "m/x", "prefill", "model", {{.item = "forward"}}).ok());
+    ASSERT_TRUE(s0->RecordModelStage("R", "m/x", "prefill", "model", {{.result = {.item = "forward"}}}).ok());
   }
   const auto before = std::filesystem::last_write_time(dir_.File("s0.db"));
   const auto size = std::filesystem::file_size(dir_.File("s0.db"));
@@ -209,9 +209,9 @@ TEST(InFlight, AMarkIsClearedWithItsResultOnly) {
   ASSERT_TRUE(r->MarkInFlight("R", "case:" + std::to_string(b), "h", 1).ok());
   ASSERT_TRUE(r->RecordResult("R", a, CaseResult{.outcome = Outcome::kPass}).ok());
   EXPECT_EQ(*r->InFlight("R"), std::vector<std::string>{"case:" + std::to_string(b)});
-  ASSERT_TRUE(r->RecordModelStage("R", "m/x", "prefill", "model", {{.item = "forward"}}).ok());
+  ASSERT_TRUE(r->RecordModelStage("R", "m/x", "prefill", "model", {{.result = {.item = "forward"}}}).ok());
   ASSERT_TRUE(r->MarkInFlight("R", "model:m/x:train", "h", 1).ok());
-  ASSERT_TRUE(r->RecordModelStage("R", "m/x", "train", "train", {{.item = "train"}}).ok());
+  ASSERT_TRUE(r->RecordModelStage("R", "m/x", "train", "train", {{.result = {.item = "train"}}}).ok());
   EXPECT_EQ(r->InFlight("R")->size(), 1u);
 }
 

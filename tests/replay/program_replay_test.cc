@@ -48,8 +48,9 @@ TEST(ProgramReplay, ACorrectBackendPassesAndTheLogitsAreJudged) {
   FakeBackend backend;
   const auto item = replay::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
   EXPECT_EQ(item.outcome, Outcome::kPass) << item.error;
-  EXPECT_TRUE(item.values_compared);
-  EXPECT_DOUBLE_EQ(item.cosine, 1.0);
+  EXPECT_TRUE(item.values_compared());
+  ASSERT_TRUE(item.cosine.has_value());
+  EXPECT_DOUBLE_EQ(*item.cosine, 1.0);
   EXPECT_EQ(item.detail["replay"]["calls_run"], Prefill().calls.size());
   EXPECT_EQ(backend.executions, static_cast<int>(Prefill().calls.size()));
   // The main output is the logits [1, 16, vocab 128], with top-k agreement.

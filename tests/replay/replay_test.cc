@@ -747,6 +747,25 @@ TEST(ComparisonOptions, AFileWithoutDtypesKeepsTheDefaults) {
   }
 }
 
+// The input rules are built in (core/input_rules.h): a tolerances file may
+// repeat an op's inputs as shipped, but not change them, and an entry with
+// only inputs leaves that op's tolerances at the defaults.
+TEST(ComparisonOptions, AFileMayRepeatTheBuiltInInputRulesButNotChangeThem) {
+  const ComparisonOptions shipped = testing::ShippedComparison();  // it lists inputs for 39 ops
+  EXPECT_DOUBLE_EQ(shipped.For("aten::embedding", "", DType::kFloat32).rtol, 1.3e-6);
+  auto same = ComparisonOptions::FromJson(
+      R"({"dtypes": {"f32": {"rtol": 1e-4}}, "ops": {"aten::embedding": {"inputs": {"index": {"arg": "indices", "of": "weight", "dim": 0}}, "reason": "r"}}})",
+      "t.json");
+  ASSERT_TRUE(same.has_value()) << same.error().ToString();
+  EXPECT_DOUBLE_EQ(same->For("aten::embedding", "", DType::kFloat32).rtol, 1e-4);
+  auto changed = ComparisonOptions::FromJson(
+      R"({"ops": {"aten::embedding": {"inputs": {"index": {"arg": "indices", "of": "weight", "dim": 1}}}}})", "t.json");
+  ASSERT_FALSE(changed.has_value());
+  EXPECT_NE(changed.error().message().find("t.json: ops.aten::embedding.inputs: differs from the input rules built"),
+            std::string::npos)
+      << changed.error().message();
+}
+
 TEST(ComparisonOptions, NotJsonNamesTheLineAndColumn) {
   auto o = ComparisonOptions::FromJson("{\n  \"dtypes\": {\n    \"f32\": {\"rtol\": 1e-3,}\n  }\n}", "tol.json");
   ASSERT_FALSE(o.has_value());

@@ -107,10 +107,10 @@ class ReportBuild : public ::testing::Test {
       r.model_id = model;
       r.profile = "prefill";
       r.stage = stage;
-      r.item = item;
-      r.outcome = outcome;
+      r.result.item = item;
+      r.result.outcome = outcome;
       r.family = family;
-      r.max_abs_err = err;
+      r.result.max_abs_err = err;
       records.push_back(r);
     }
     ASSERT_TRUE(reg_->RecordModelStage(run, model, "prefill", stage, records).ok());
@@ -146,7 +146,7 @@ class ReportBuild : public ::testing::Test {
   static const ModelItemEntry& ItemOf(const Report& report, const std::string& model, const std::string& stage,
                                       const std::string& item) {
     for (const auto& i : ModelOf(report, model).items) {
-      if (i.Record().stage == stage && i.Record().item == item) return i;
+      if (i.Record().stage == stage && i.Record().result.item == item) return i;
     }
     ADD_FAILURE() << "no item " << stage << ":" << item << " of " << model;
     static const ModelItemEntry kNone;

@@ -57,9 +57,9 @@ inline registry::ModelResultRecord ItemRecord(std::string run_id, std::string mo
   r.run_id = std::move(run_id);
   r.model_id = std::move(model_id);
   r.stage = std::move(stage);
-  r.item = std::move(item);
+  r.result.item = std::move(item);
   r.profile = std::move(profile);
-  r.outcome = outcome;
+  r.result.outcome = outcome;
   return r;
 }
 
@@ -247,10 +247,10 @@ inline reports::Report SmallReport() {
     return report.models.back();
   };
   auto& evil = add_model(kScriptModelId, "resnet", Outcome::kCrash);
-  evil.items[0].result->error = kScriptEndError;
+  evil.items[0].result->result.error = kScriptEndError;
   evil.items[0].result->blocked_by = "module:Conv2d";
   auto& qwen = add_model("Qwen/Qwen3-0.6B", "qwen3", Outcome::kMismatch);
-  qwen.items[0].result->error = kInvalidUtf8Error;
+  qwen.items[0].result->result.error = kInvalidUtf8Error;
   reports::FirstDivergent divergent;
   divergent.call = 17;
   divergent.op = "aten::mm";
@@ -437,15 +437,15 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
       const std::string profile = std::string(stage) == "train" ? "train" : "prefill";
       registry::ModelResultRecord& r =
           item.result.emplace(internal::ItemRecord("nightly-42-models", id, stage, item_name, profile, Outcome::kPass));
-      r.seconds = 0.5 + unit();
-      r.max_rel_err = std::pow(10.0, -3.0 - 4.0 * unit());
+      r.result.seconds = 0.5 + unit();
+      r.result.max_rel_err = std::pow(10.0, -3.0 - 4.0 * unit());
       item.change = std::string(stage) == "train" ? Change::kNoBaseline : Change::kUnchanged;
       if (fails && std::string(item_name) == "Attention") {
-        r.outcome = model_index % 2 ? Outcome::kMismatch : Outcome::kCrash;
-        r.error = model_index % 2 ? "max rel error 0.2 over tolerance" : kScriptEndError;
+        r.result.outcome = model_index % 2 ? Outcome::kMismatch : Outcome::kCrash;
+        r.result.error = model_index % 2 ? "max rel error 0.2 over tolerance" : kScriptEndError;
         item.change = model_index % 6 == 1 ? Change::kNewFailure : Change::kStillFailing;
         item.baseline = internal::ItemRecord("nightly-41-models", id, stage, item_name, profile,
-                                             item.change == Change::kNewFailure ? Outcome::kPass : r.outcome);
+                                             item.change == Change::kNewFailure ? Outcome::kPass : r.result.outcome);
         if (model_index % 2) {  // a mismatch: the replay located the call it first went wrong at
           reports::FirstDivergent divergent;
           divergent.call = 40 + model_index;
@@ -459,11 +459,11 @@ inline reports::Report RealisticReport(int cases = 200, int models = 20) {
         }
       }
       if (fails && std::string(stage) != "module") {
-        r.outcome = Outcome::kSkipped;
-        r.error = "gated: module:Attention failed";
+        r.result.outcome = Outcome::kSkipped;
+        r.result.error = "gated: module:Attention failed";
         r.blocked_by = "module:Attention";
       }
-      item.verdict = r.outcome;
+      item.verdict = r.result.outcome;
       auto [at, first] = model.stage_verdict.try_emplace(stage, *item.verdict);
       Outcome& verdict = at->second;
       if (!first && (internal::FailsUnexpectedly(item.verdict) ||
