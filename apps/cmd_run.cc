@@ -34,12 +34,21 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   if (!tol_text) return ReportError(tol_text.error().WithContext("--tolerances"));
   auto comparison = replay::ComparisonOptions::FromJson(*tol_text, tol_path);
   if (!comparison) return ReportError(comparison.error());
+  auto numerics = ResolveNumerics(global, flags);
+  if (!numerics) return ReportError(numerics.error().WithContext("--numerics"));
+  if (numerics->source != isolation::WorkerSetup::kAskBackend) {
+    auto declared = replay::DeclaredNumerics::FromJson(numerics->text, numerics->source);
+    if (!declared) return ReportError(declared.error().WithContext("--numerics"));
+    comparison->numerics = std::move(*declared);
+  }
   const RunContext context{.global = global,
                            .flags = flags,
                            .backends = backends,
                            .comparison = std::move(*comparison),
                            .tolerances_path = tol_path,
                            .tolerances_text = std::move(*tol_text),
+                           .numerics_text = numerics->text,
+                           .numerics_source = numerics->source,
                            .stop = stop};
   return stages->first->Run(context, stages->second);
 }
@@ -94,6 +103,10 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_option("--seed", flags->seed, "Mixed into every case's input seed")->capture_default_str();
   cmd->add_option("--tolerances", flags->tolerances, "Tolerance config [default: <home>/configs/tolerances.json]");
+  cmd->add_option("--numerics", flags->numerics,
+                  "How the backend declares it computes, so it is judged against that (fp32 matmul operands in bf16 "
+                  "or TF32): a file, or none for exact fp32 everywhere [default: <home>/configs/numerics/<backend>.json "
+                  "when it exists, else the backend's own declaration]");
   cmd->add_option("--show-failures", flags->show_failures, "Failing cases to print")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));

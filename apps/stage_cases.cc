@@ -71,16 +71,19 @@ int CasesStages::Run(const RunContext& context, const std::vector<std::string>& 
   isolation::WorkerSetup setup = BaseWorkerSetup(context);
   setup.warm_iterations = flags.warm;
   isolation::IsolatedCaseExecutor* isolated = nullptr;
+  std::string declared;  // the numerics the run is judged under
   auto made = MakeExecutor<isolation::IsolatedCaseExecutor, replay::CaseExecutor>(
       context, setup,
-      [&](std::shared_ptr<backends::Backend> backend) -> Result<std::unique_ptr<replay::CaseExecutor>> {
-        COV_ASSIGN_OR_RETURN(auto replay, setup.Replay());
+      [&](std::shared_ptr<backends::Backend> backend,
+          const isolation::WorkerSetup& resolved) -> Result<std::unique_ptr<replay::CaseExecutor>> {
+        declared = resolved.checks.comparison.numerics.text;
         return std::unique_ptr<replay::CaseExecutor>(
-            std::make_unique<replay::ReplayExecutor>(std::move(backend), std::move(replay)));
+            std::make_unique<replay::ReplayExecutor>(std::move(backend), resolved.Replay()));
       },
       &isolated);
   if (auto* rc = std::get_if<int>(&made)) return *rc;
   std::unique_ptr<replay::CaseExecutor> executor = std::move(std::get<0>(made));
+  if (isolated) declared = isolated->declared_numerics();
 
   stages::UnitStageOptions options;
   FillStageRunOptions(context, *shard, &options);
@@ -96,7 +99,9 @@ int CasesStages::Run(const RunContext& context, const std::vector<std::string>& 
                    {"profile", flags.profile}}},
       {"warm", flags.warm},
       {"tolerances", context.tolerances_path},
-      {"replay", {{"golden", flags.golden}, {"seed", flags.seed}, {"tolerances_sha256", Sha256Hex(context.tolerances_text)}}}};
+      {"replay",
+       {{"golden", flags.golden}, {"seed", flags.seed}, {"tolerances_sha256", Sha256Hex(context.tolerances_text)},
+        {"numerics", NumericsRecord(context, declared)}}}};
   if (flags.max_case_flops) config["max_case_flops"] = *flags.max_case_flops;
   config["max_case_gb"] = max_case_gb;
   if (shard->active()) config["shard"] = shard->ToString();
@@ -168,11 +173,7 @@ nlohmann::json CasesStages::Answer(WorkerState& worker, const nlohmann::json& re
                                    const nlohmann::json& body) const {
   auto op_case = OpCase::FromJsonValue(body);
   if (!op_case) return {{"error", op_case.error().message()}};
-  if (!worker.replay) {
-    auto replay = worker.setup.Replay();
-    if (!replay) return {{"error", replay.error().message()}};
-    worker.replay = std::make_unique<replay::ReplayExecutor>(worker.backend, std::move(*replay));
-  }
+  if (!worker.replay) worker.replay = std::make_unique<replay::ReplayExecutor>(worker.backend, worker.setup.Replay());
   // Note [Reruns] in isolation/isolation.cc: "again" is the same-worker rerun.
   const auto again = request.find("again");
   const bool rerun = again != request.end() && again->is_boolean() && again->get<bool>();

@@ -2,6 +2,8 @@
 // module, model and train stages, the selection's representatives replayed
 // from their captured programs (stages/model_stage.h), in this process or
 // in workers.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -11,8 +13,10 @@
 #include "apps/table.h"
 #include "apps/test_stages.h"
 #include "backends/backends.h"
+#include "core/json_double.h"
 #include "core/sha256.h"
 #include "core/text_safety.h"
+#include "isolation/worker.h"
 #include "registry/registry.h"
 #include "replay/model_check.h"
 #include "replay/program_replay.h"
@@ -104,7 +108,6 @@ int ProgramStages::Run(const RunContext& context, const std::vector<std::string>
         {"min_topk_agreement", flags.min_topk_agreement}}}};
   if (shard->active()) config["shard"] = shard->ToString();
   config["isolation"] = flags.isolation;
-  options.config_json = config.dump();
 
   isolation::WorkerSetup setup = BaseWorkerSetup(context);
   setup.golden = options.checks.golden;
@@ -112,18 +115,24 @@ int ProgramStages::Run(const RunContext& context, const std::vector<std::string>
   setup.registry = global.registry_path;
   isolation::IsolatedModelStageRunner* isolated = nullptr;
   std::shared_ptr<backends::Backend> in_process_backend;  // the in-process runner's, kept for its life
+  std::string declared;  // the numerics the run is judged under
   auto made = MakeExecutor<isolation::IsolatedModelStageRunner, replay::ProgramStageRunner>(
       context, std::move(setup),
-      [&](std::shared_ptr<backends::Backend> backend) -> Result<std::unique_ptr<replay::ProgramStageRunner>> {
+      [&](std::shared_ptr<backends::Backend> backend,
+          const isolation::WorkerSetup& resolved) -> Result<std::unique_ptr<replay::ProgramStageRunner>> {
+        declared = resolved.checks.comparison.numerics.text;
         in_process_backend = std::move(backend);
         replay::ProgramReplayOptions replay;
-        replay.check = options.checks;
+        replay.check = resolved.checks;
         return std::unique_ptr<replay::ProgramStageRunner>(
             std::make_unique<replay::InProcessProgramStageRunner>(*in_process_backend, replay));
       },
       &isolated);
   if (auto* rc = std::get_if<int>(&made)) return *rc;
   std::unique_ptr<replay::ProgramStageRunner> runner = std::move(std::get<0>(made));
+  if (isolated) declared = isolated->declared_numerics();
+  config["checks"]["numerics"] = NumericsRecord(context, declared);
+  options.config_json = config.dump();
   auto summary = stages::RunModelStages(**reg, *runner, options);
   if (!summary) return ReportError(summary.error());
 
@@ -205,6 +214,16 @@ nlohmann::json ProgramStages::Answer(WorkerState& worker, const nlohmann::json& 
   if (!program) return {{"error", "model request: " + program.error().message()}};
   replay::ProgramReplayOptions options;
   options.check = worker.setup.checks;
+  // Note [Where a worker died]: where it is, before each backend call.
+  options.before_backend_call = [](const ProgramCall& call) {
+    const std::string line = std::string(isolation::kProgressPrefix) +
+                             DumpJson(nlohmann::json{{"call", call.index},
+                                                     {"op", call.overload.empty() ? call.op : call.op + "." + call.overload},
+                                                     {"module", call.module},
+                                                     {"phase", call.phase}}) +
+                             "\n";
+    (void)!write(STDERR_FILENO, line.data(), line.size());
+  };
   const auto stage = m.find("stage");
   const std::vector<ModelItemResult> items = replay::RunProgramStage(
       stage != m.end() && stage->is_string() ? stage->get<std::string>() : std::string(), *program, *worker.backend,

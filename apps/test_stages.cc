@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 
 #include <fmt/format.h>
 
 #include "apps/flags.h"
+#include "core/sha256.h"
 #include "core/text_safety.h"
 #include "replay/replay.h"
 
@@ -173,9 +175,40 @@ isolation::WorkerSetup BaseWorkerSetup(const RunContext& context) {
   setup.backend = context.flags.backend;
   setup.tolerances_json = context.tolerances_text;
   setup.tolerances_source = context.tolerances_path;
+  setup.checks.comparison = context.comparison;
+  setup.numerics_json = context.numerics_text;
+  setup.numerics_source = context.numerics_source;
   setup.golden = GoldenModeOf(context.flags.golden);
   setup.seed = context.flags.seed;
   return setup;
+}
+
+Result<NumericsChoice> ResolveNumerics(const GlobalOptions& global, const RunFlags& flags) {
+  if (flags.numerics == "none") return NumericsChoice{"", "none"};
+  std::string path = flags.numerics;
+  if (path.empty()) {
+    // A backend name that is not a plain file name ("privateuse1:/path/x.so") has no file.
+    const bool plain = !flags.backend.empty() &&
+                       flags.backend.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                                       "._-") == std::string::npos &&
+                       flags.backend[0] != '.';
+    const std::string candidate = global.home + "/configs/numerics/" + flags.backend + ".json";
+    if (!plain || !std::filesystem::exists(candidate)) {
+      return NumericsChoice{"", std::string(isolation::WorkerSetup::kAskBackend)};
+    }
+    path = candidate;
+  }
+  COV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  COV_RETURN_IF_ERROR(replay::DeclaredNumerics::FromJson(text, path).error());
+  return NumericsChoice{std::move(text), std::move(path)};
+}
+
+nlohmann::json NumericsRecord(const RunContext& context, const std::string& declared) {
+  auto parsed = replay::DeclaredNumerics::FromJson(declared, context.numerics_source);
+  nlohmann::json j = {{"source", context.numerics_source},
+                      {"declared", parsed ? parsed->Summary() : "unreadable: " + parsed.error().message()}};
+  if (!declared.empty()) j["sha256"] = Sha256Hex(declared);
+  return j;
 }
 
 replay::GoldenMode GoldenModeOf(const std::string& flag) {

@@ -67,6 +67,7 @@ struct RunFlags {
   std::string golden = "auto";
   uint64_t seed = 0;
   std::string tolerances;
+  std::string numerics;  // "" (the backend's), "none", or a file
   bool list_backends = false;
   int show_failures = 10;
   // Program stages.
@@ -92,8 +93,11 @@ struct RunContext {
   const GlobalOptions& global;
   const RunFlags& flags;
   backends::BackendRegistry& backends;
-  replay::ComparisonOptions comparison;  // configs/tolerances.json (or --tolerances), parsed
+  replay::ComparisonOptions comparison;  // configs/tolerances.json (or --tolerances), parsed; numerics from a file
   std::string tolerances_path, tolerances_text;
+  // The declared numerics (--numerics, ResolveNumerics): a declaration's
+  // text and its file, "none", or WorkerSetup::kAskBackend.
+  std::string numerics_text, numerics_source;
   const std::atomic<bool>* stop = nullptr;
 };
 
@@ -192,6 +196,19 @@ replay::GoldenMode GoldenModeOf(const std::string& flag);
 // the golden mode and the seed.
 isolation::WorkerSetup BaseWorkerSetup(const RunContext& context);
 
+// --numerics (Note [Declared numerics] in replay/numerics.cc): "none"; a
+// file; or, by default, <home>/configs/numerics/<backend>.json when there is
+// one, else what the backend declares itself (asked where it is made:
+// source WorkerSetup::kAskBackend). A file is checked here; errors name it.
+struct NumericsChoice {
+  std::string text, source;
+};
+Result<NumericsChoice> ResolveNumerics(const GlobalOptions& global, const RunFlags& flags);
+// What a run's config records of the numerics it is judged under (`declared`:
+// the declaration's JSON text, "" for none; resuming under others is
+// refused): {"source": ..., "declared": "<summary>", "sha256": ...}.
+nlohmann::json NumericsRecord(const RunContext& context, const std::string& declared);
+
 // The executor a family's stage loop talks to (Base: replay::CaseExecutor,
 // replay::ProgramStageRunner). --isolation=process: `Isolated` over worker
 // processes set up with `setup`, the first one started, so that a backend
@@ -201,7 +218,8 @@ isolation::WorkerSetup BaseWorkerSetup(const RunContext& context);
 template <typename Isolated, typename Base>
 std::variant<std::unique_ptr<Base>, int> MakeExecutor(
     const RunContext& context, isolation::WorkerSetup setup,
-    const std::function<Result<std::unique_ptr<Base>>(std::shared_ptr<backends::Backend>)>& in_process,
+    const std::function<Result<std::unique_ptr<Base>>(std::shared_ptr<backends::Backend>,
+                                                      const isolation::WorkerSetup&)>& in_process,
     Isolated** isolated) {
   if (context.flags.isolation == "process") {
     // The parent never touches the backend: workers load it (Note [Worker processes]).
@@ -216,7 +234,10 @@ std::variant<std::unique_ptr<Base>, int> MakeExecutor(
   auto backend = context.backends.Create(context.flags.backend);
   if (!backend) return ReportError(backend.error().WithContext("--backend"));
   ApplyHostSettings(context.global);
-  auto made = in_process(*backend);
+  if (Status s = setup.UseBackendNumerics(context.flags.backend, backends::BackendNumericsOf(**backend)); !s.ok()) {
+    return ReportError(s.WithContext("--numerics"));
+  }
+  auto made = in_process(*backend, setup);
   if (!made) return ReportError(made.error());
   return std::move(*made);
 }

@@ -30,6 +30,8 @@ json WorkerService::Setup(const json& setup_json) {
   if (!setup) return {{"error", setup.error().message()}};
   auto backend = make_backend_(setup->backend);
   if (!backend) return {{"error", backend.error().message()}};
+  Status numerics = setup->UseBackendNumerics(setup->backend, backends::BackendNumericsOf(**backend));
+  if (!numerics.ok()) return {{"error", numerics.message()}};
   auto state = std::make_unique<WorkerState>();
   state->setup = std::move(*setup);
   state->backend = *backend;
@@ -38,7 +40,9 @@ json WorkerService::Setup(const json& setup_json) {
     return load_program_(registry, model_id, profile);
   };
   state_ = std::move(state);
-  return {{"ready", true}, {"backend_version", backends::BackendVersionOf(*state_->backend)}};
+  return {{"ready", true},
+          {"backend_version", backends::BackendVersionOf(*state_->backend)},
+          {"numerics", state_->setup.checks.comparison.numerics.text}};
 }
 
 }  // namespace coverage::apps

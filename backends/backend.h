@@ -42,6 +42,10 @@ class Backend {
   // fallbacks, allocations, ...). Replay records per case how much each one
   // grew while the case ran on the backend (CaseResult::counters).
   virtual std::map<std::string, int64_t> Counters() const { return {}; }
+  // How the backend computes where it differs from exact fp32 on purpose
+  // (Note [Declared numerics] in replay/numerics.cc), as JSON; "" for none.
+  // A file configs/numerics/<name>.json, when there is one, is used instead.
+  virtual std::string Numerics() const { return ""; }
   // True only for kernels known never to write into arguments the schema
   // marks read-only (ATen's own CPU kernels, which also compute the
   // reference). Inputs a CPU-device backend reads in place are otherwise

@@ -120,6 +120,8 @@ void RegisterCudaBackend(BackendRegistry& registry) {
 
 std::string BackendVersionOf(const Backend& backend) { return backend.Version(); }
 
+std::string BackendNumericsOf(const Backend& backend) { return backend.Numerics(); }
+
 std::string BackendNameOf(const Backend& backend) { return backend.name(); }
 
 std::string LibtorchVersion() { return TORCH_VERSION; }

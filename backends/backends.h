@@ -66,6 +66,8 @@ void RegisterCudaBackend(BackendRegistry& registry);
 std::string BackendNameOf(const Backend& backend);
 // Backend::Version(), for torch-free callers.
 std::string BackendVersionOf(const Backend& backend);
+// Backend::Numerics(): its declared numerics as JSON, "" for none.
+std::string BackendNumericsOf(const Backend& backend);
 std::string LibtorchVersion();
 
 }  // namespace coverage::backends

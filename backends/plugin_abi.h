@@ -42,6 +42,15 @@ const char* coverage_backend_counters(void);
  * timed backend call. */
 void coverage_backend_synchronize(void);
 
+/* How the backend computes where it differs from exact fp32 on purpose, as
+ * JSON, or "" (or NULL) for nowhere: {"fp32_operands": "bf16" | "tf32",
+ * "ops": {"aten::mm": ["self", "mat2"], ...}} says the fp32 operands of
+ * these ops (by schema argument name; [] for every fp32 input) are rounded
+ * before the op computes in fp32. The CPU reference then computes the same
+ * way, so the backend is judged against what it declares (configs/README.md,
+ * "numerics"). A file configs/numerics/<backend>.json takes precedence. */
+const char* coverage_backend_numerics(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,6 +30,7 @@ struct Plugin {
   InitFn init = nullptr;
   StringFn version = nullptr;
   StringFn counters = nullptr;
+  StringFn numerics = nullptr;
   VoidFn synchronize = nullptr;
 };
 
@@ -62,6 +63,10 @@ class PluginBackend final : public Backend {
   c10::Device device() const override { return c10::Device(c10::DeviceType::PrivateUse1, 0); }
   void Synchronize() override {
     if (plugin_->synchronize) plugin_->synchronize();
+  }
+  std::string Numerics() const override {
+    const char* text = plugin_->numerics ? plugin_->numerics() : nullptr;
+    return text ? std::string(text) : std::string();
   }
   std::string Version() const override {
     const char* v = plugin_->version ? plugin_->version() : nullptr;
@@ -137,6 +142,7 @@ Result<const Plugin*> Load(const std::string& path) {
   plugin->init = reinterpret_cast<InitFn>(dlsym(handle, "coverage_backend_init"));
   plugin->version = reinterpret_cast<StringFn>(dlsym(handle, "coverage_backend_version"));
   plugin->counters = reinterpret_cast<StringFn>(dlsym(handle, "coverage_backend_counters"));
+  plugin->numerics = reinterpret_cast<StringFn>(dlsym(handle, "coverage_backend_numerics"));
   plugin->synchronize = reinterpret_cast<VoidFn>(dlsym(handle, "coverage_backend_synchronize"));
   Loaded() = plugin;
   return static_cast<const Plugin*>(plugin);

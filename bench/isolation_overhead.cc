@@ -155,6 +155,9 @@ int main(int argc, char** argv) {
   setup.backend = "sim";
   setup.tolerances_json = tolerances;
   setup.tolerances_source = tolerances_path;
+  auto comparison = replay::ComparisonOptions::FromJson(tolerances, tolerances_path);
+  if (!comparison) return std::fprintf(stderr, "%s\n", comparison.error().ToString().c_str()), 2;
+  setup.checks.comparison = std::move(*comparison);
 
   auto run = [&](registry::Registry& target, const std::string& id, const nlohmann::json& faults, bool isolated,
                  int reruns) -> RunStats {
@@ -184,7 +187,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s\n", backend.error().ToString().c_str());
         std::exit(2);
       }
-      executor = std::make_unique<replay::ReplayExecutor>(*backend, *setup.Replay());
+      executor = std::make_unique<replay::ReplayExecutor>(*backend, setup.Replay());
     }
     stages::UnitStageOptions options;
     options.run_id = id;

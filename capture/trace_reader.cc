@@ -42,27 +42,8 @@ Result<ValueDomain> DomainFromJson(const JsonFields& d) {
 Result<TensorSpec> SpecFromJson(const JsonFields& holder) {
   const json* tensor = holder.Find("tensor");
   if (!tensor || !tensor->is_object()) return holder.Error("tensor", "missing");
-  const JsonFields t = holder.Sub("tensor", *tensor);
-  TensorSpec spec;
-  std::string dtype;
-  COV_RETURN_IF_ERROR(t.RequiredString("dtype", &dtype));
-  auto d = DTypeFromName(dtype);
-  if (!d) return t.Error("dtype", "unknown dtype '" + dtype + "'");
-  spec.dtype = *d;
-  COV_RETURN_IF_ERROR(t.Require("shape"));
-  COV_RETURN_IF_ERROR(t.Require("strides"));
-  COV_RETURN_IF_ERROR(t.Ints("shape", &spec.shape));
-  COV_RETURN_IF_ERROR(t.Ints("strides", &spec.strides));
-  if (spec.shape.size() != spec.strides.size()) {
-    return Status::Corruption(t.what() + ": shape and strides differ in length");
-  }
-  for (int64_t s : spec.shape) {
-    if (s < 0) return t.Error("shape", "negative size");
-  }
-  COV_RETURN_IF_ERROR(t.RequiredInt("storage_offset", &spec.storage_offset, int64_t{0}));
-  if (!spec.SizesFit()) {
-    return Status::Corruption(t.what() + ": its element count or storage extent overflows 64 bits");
-  }
+  COV_ASSIGN_OR_RETURN(TensorSpec spec, TensorLayoutFromJson(holder.Sub("tensor", *tensor), "storage_offset",
+                                                             /*offset_required=*/true));
   if (const json* dom = holder.Find("domain")) {
     COV_ASSIGN_OR_RETURN(spec.domain, DomainFromJson(holder.Sub("domain", *dom)));
   } else if (spec.dtype == DType::kBool) {

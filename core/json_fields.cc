@@ -143,7 +143,8 @@ Status JsonFields::Outcomes(const char* key, std::vector<Outcome>* out) const {
 
 Status JsonFields::OnlyMembers(std::initializer_list<const char*> known) const {
   if (!j_.is_object()) return NotObject();
-  for (const auto& [key, v] : j_.items()) {
+  for (const auto& member : j_.items()) {
+    const std::string& key = member.key();
     if (std::find_if(known.begin(), known.end(), [&](const char* k) { return key == k; }) != known.end()) continue;
     std::string names;
     for (const char* k : known) names += (names.empty() ? "" : ", ") + std::string(k);

@@ -65,25 +65,7 @@ json TensorToJson(const TensorSpec& t) {
 
 Result<TensorSpec> TensorFromJson(const json& j, const std::string& what) {
   const JsonFields f(j, what);
-  TensorSpec t;
-  std::string dtype_name;
-  COV_RETURN_IF_ERROR(f.RequiredString("dtype", &dtype_name));
-  auto dtype = DTypeFromName(dtype_name);
-  if (!dtype) return f.Error("dtype", "unknown dtype '" + dtype_name + "'");
-  t.dtype = *dtype;
-  COV_RETURN_IF_ERROR(f.Require("shape"));
-  COV_RETURN_IF_ERROR(f.Require("strides"));
-  COV_RETURN_IF_ERROR(f.Ints("shape", &t.shape));
-  COV_RETURN_IF_ERROR(f.Ints("strides", &t.strides));
-  if (t.strides.size() != t.shape.size()) {
-    return Status::Corruption(what + ": strides has " + std::to_string(t.strides.size()) +
-                              " entries but shape has " + std::to_string(t.shape.size()));
-  }
-  for (int64_t s : t.shape) {
-    if (s < 0) return f.Error("shape", "negative size " + std::to_string(s));
-  }
-  COV_RETURN_IF_ERROR(f.Int("offset", &t.storage_offset, int64_t{0}));
-  if (!t.SizesFit()) return Status::Corruption(what + ": its element count or storage extent overflows 64 bits");
+  COV_ASSIGN_OR_RETURN(TensorSpec t, TensorLayoutFromJson(f, "offset", /*offset_required=*/false));
   if (const json* domain = f.Find("domain")) {
     const JsonFields d = f.Sub("domain", *domain);
     std::string kind = "real";
@@ -467,6 +449,30 @@ std::vector<DType> OpCase::DTypes() const {
   std::vector<DType> out;
   for (auto n : names) out.push_back(*DTypeFromName(n));
   return out;
+}
+
+Result<TensorSpec> TensorLayoutFromJson(const JsonFields& f, const char* offset_key, bool offset_required) {
+  TensorSpec t;
+  std::string dtype_name;
+  COV_RETURN_IF_ERROR(f.RequiredString("dtype", &dtype_name));
+  auto dtype = DTypeFromName(dtype_name);
+  if (!dtype) return f.Error("dtype", "unknown dtype '" + dtype_name + "'");
+  t.dtype = *dtype;
+  COV_RETURN_IF_ERROR(f.Require("shape"));
+  COV_RETURN_IF_ERROR(f.Require("strides"));
+  COV_RETURN_IF_ERROR(f.Ints("shape", &t.shape));
+  COV_RETURN_IF_ERROR(f.Ints("strides", &t.strides));
+  if (t.strides.size() != t.shape.size()) {
+    return Status::Corruption(f.what() + ": strides has " + std::to_string(t.strides.size()) +
+                              " entries but shape has " + std::to_string(t.shape.size()));
+  }
+  for (int64_t s : t.shape) {
+    if (s < 0) return f.Error("shape", "negative size " + std::to_string(s));
+  }
+  if (offset_required) COV_RETURN_IF_ERROR(f.Require(offset_key));
+  COV_RETURN_IF_ERROR(f.Int(offset_key, &t.storage_offset, int64_t{0}));
+  if (!t.SizesFit()) return Status::Corruption(f.what() + ": its element count or storage extent overflows 64 bits");
+  return t;
 }
 
 }  // namespace coverage

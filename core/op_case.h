@@ -26,6 +26,8 @@
 
 namespace coverage {
 
+class JsonFields;  // core/json_fields.h
+
 inline constexpr int kOpCaseVersion = 1;
 
 enum class DType {
@@ -97,6 +99,14 @@ struct TensorSpec {
 
   bool operator==(const TensorSpec&) const = default;
 };
+
+// A tensor's layout read from the members of `f` (core/json_fields.h):
+// "dtype", "shape", "strides" and the storage offset under `offset_key`
+// (required when `offset_required`, else 0 when absent), checked: a known
+// dtype, as many strides as sizes, no negative size or offset, an element
+// count and storage extent that fit 64 bits. The op case's JSON and the
+// tracer's records both read a tensor through it; the domain is their own.
+Result<TensorSpec> TensorLayoutFromJson(const JsonFields& f, const char* offset_key, bool offset_required);
 
 // One argument in schema order. `kind` says which member is meaningful.
 struct Argument {

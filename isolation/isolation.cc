@@ -84,21 +84,46 @@ std::string Tail(const std::string& text, size_t max_lines) {
 }
 
 // The outcome and message for a worker that did not answer.
+// Note [Where a worker died]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A model-level request runs thousands of calls in one worker; when the
+// backend crashes or hangs in one, the worker cannot say which. So before
+// each backend call it prints a progress line (kProgressPrefix and {"call",
+// "op", "module", "phase"}) on stderr; the parent keeps the last one apart
+// from the worker's other output, and a crash or timeout names that call
+// ("... while running the model stage, in call 41 (aten::topk, module
+// 'model.layers.0.mlp')") with the line in detail "in_call".
+std::string WhereItWas(const WorkerReply& reply, json* detail) {
+  if (reply.progress.empty()) return "";
+  json p = json::parse(reply.progress, nullptr, false);
+  if (!p.is_object() || !p.contains("call") || !p["call"].is_number_integer()) return "";
+  (*detail)["in_call"] = p;
+  std::string where = fmt::format(", in call {}", p["call"].get<int64_t>());
+  auto text = [&](const char* key) {  // a worker's line: any member may have any type
+    auto it = p.find(key);
+    return it != p.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string op = text("op"), module = text("module");
+  if (!op.empty()) where += fmt::format(" ({}{})", op, module.empty() ? "" : ", module '" + module + "'");
+  return where;
+}
+
 std::pair<Outcome, std::string> Unanswered(const WorkerReply& reply, const std::string& what, double timeout_s,
                                            json* detail) {
   (*detail)["stderr_tail"] = reply.stderr_tail;
   (*detail)["seconds"] = reply.seconds;
   const std::string last = Tail(reply.stderr_tail, 3);
+  const std::string where = WhereItWas(reply, detail);
   if (reply.kind == WorkerReply::Kind::kTimeout) {
     (*detail)["timeout_s"] = timeout_s;
     return {Outcome::kTimeout,
-            fmt::format("no result from the worker within {:.3g} s while running {}; the worker was killed{}",
-                        timeout_s, what, last.empty() ? "" : "; its last output: " + last)};
+            fmt::format("no result from the worker within {:.3g} s while running {}{}; the worker was killed{}",
+                        timeout_s, what, where, last.empty() ? "" : "; its last output: " + last)};
   }
   if (reply.term_signal) (*detail)["signal"] = reply.term_signal;
   else (*detail)["exit_status"] = reply.exit_status;
-  return {Outcome::kCrash, fmt::format("the worker died with {} while running {}{}", reply.DeathDescription(), what,
-                                       last.empty() ? "" : "; its last output: " + last)};
+  return {Outcome::kCrash, fmt::format("the worker died with {} while running {}{}{}", reply.DeathDescription(), what,
+                                       where, last.empty() ? "" : "; its last output: " + last)};
 }
 
 Result<double> PositiveSeconds(const json& j, const std::string& where) {
@@ -219,10 +244,12 @@ Result<std::unique_ptr<WorkerProcess>> WorkerPool::StartWorker(int attempt) {
             : "died with " + reply.DeathDescription(),
         reply.stderr_tail.empty() ? "" : "; its output:\n" + reply.stderr_tail));
   }
-  if (Status ready = ParseSetupReply(reply.line); !ready.ok()) {
+  auto ready = ParseSetupReply(reply.line);
+  if (!ready) {
     return Status::InvalidArgument("the worker could not set up backend '" + options_.setup.backend +
-                                   "': " + ready.message());
+                                   "': " + ready.error().message());
   }
+  declared_numerics_ = ready->numerics;
   return worker;
 }
 

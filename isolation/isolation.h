@@ -19,7 +19,7 @@
 // worker`), each test stage family its own (apps/test_stages.h). Messages
 // are JSON lines, each one object; records travel as JSON values, never as
 // JSON text inside a string:
-//   {"setup": {...WorkerSetup}}       -> {"ready": true, "backend_version": "..."} | {"error": "..."}
+//   {"setup": {...WorkerSetup}}       -> {"ready": true, "backend_version": "...", "numerics": "..."} | {"error": "..."}
 //   {"unit": {...OpCase}, "again": b}  -> {"result": {...CaseResult}}
 //   {"model": {stage, model_id, profile}} -> {"items": [...]}   (the worker loads the
 //                                        program from the setup's registry)
@@ -86,12 +86,22 @@ struct WorkerSetup {
   int warm_iterations = 3;
   GoldenMode golden = GoldenMode::kWhenNeeded;
   uint64_t seed = 0;
-  ModelCheckOptions checks;        // comparison is filled from tolerances_json
+  ModelCheckOptions checks;        // comparison is filled from tolerances_json and the numerics
+  // The backend's declared numerics (Note [Declared numerics] in
+  // replay/numerics.cc): a declaration's text and where it came from, or
+  // source kAskBackend: what the backend itself declares, once it is made.
+  std::string numerics_json;
+  std::string numerics_source;
+  static constexpr std::string_view kAskBackend = "backend";
 
   nlohmann::json ToJson() const;
   static Result<WorkerSetup> FromJson(const nlohmann::json& j);
-  // The replay options it describes (tolerances parsed).
-  Result<ReplayOptions> Replay() const;
+  // With source kAskBackend: takes the backend's own declaration
+  // (Backend::Numerics(), a plugin's coverage_backend_numerics()) into the
+  // checks. Errors name the backend's declaration.
+  Status UseBackendNumerics(const std::string& backend_name, const std::string& declared);
+  // The replay options it describes.
+  ReplayOptions Replay() const;
 };
 
 struct IsolationOptions {
@@ -126,6 +136,9 @@ class WorkerPool {
   Result<WorkerReply> Call(const std::string& request, double timeout_s, int attempt);
   const IsolationOptions& options() const { return options_; }
   IsolationStats& stats() { return stats_; }
+  // The declared numerics the last worker set up judges under (JSON text, ""
+  // for none; Note [Declared numerics] in replay/numerics.cc).
+  const std::string& declared_numerics() const { return declared_numerics_; }
 
  private:
   Result<std::unique_ptr<WorkerProcess>> StartWorker(int attempt);
@@ -134,6 +147,7 @@ class WorkerPool {
   std::unique_ptr<WorkerProcess> worker_;
   std::map<int, std::unique_ptr<WorkerProcess>> standby_;  // by attempt; spawned, not yet set up
   IsolationStats stats_;
+  std::string declared_numerics_;
 };
 
 class IsolatedCaseExecutor final : public CaseExecutor {
@@ -145,6 +159,7 @@ class IsolatedCaseExecutor final : public CaseExecutor {
   CaseResult Run(const OpCase& op_case) override;
   Status HarnessStatus() const override { return harness_; }
   const IsolationStats& stats() { return pool_.stats(); }
+  const std::string& declared_numerics() const { return pool_.declared_numerics(); }
 
  private:
   CaseResult RunOnce(const std::string& request, const OpCase& op_case, int attempt);
@@ -162,6 +177,7 @@ class IsolatedModelStageRunner final : public ProgramStageRunner {
                                    const Program& program) override;
   Status HarnessStatus() const override { return harness_; }
   const IsolationStats& stats() { return pool_.stats(); }
+  const std::string& declared_numerics() const { return pool_.declared_numerics(); }
 
  private:
   std::vector<ModelItemResult> RunOnce(const std::string& request, const std::string& stage, int attempt);

@@ -16,6 +16,8 @@ json WorkerSetup::ToJson() const {
               {"tolerances_source", tolerances_source},
               {"warm_iterations", warm_iterations},
               {"golden", golden == GoldenMode::kAlways ? "always" : golden == GoldenMode::kNever ? "never" : "auto"},
+              {"numerics_json", numerics_json},
+              {"numerics_source", numerics_source},
               {"seed", seed},
               {"checks",
                {{"seed", c.seed}, {"min_cosine", c.min_cosine}, {"top_k", c.top_k},
@@ -52,26 +54,44 @@ Result<WorkerSetup> WorkerSetup::FromJson(const json& j) {
   COV_RETURN_IF_ERROR(c.Double("param_update_rtol", &o.param_update_rtol));
   o.golden = s.golden;
   COV_ASSIGN_OR_RETURN(s.checks.comparison, replay::ComparisonOptions::FromJson(s.tolerances_json, s.tolerances_source));
+  COV_RETURN_IF_ERROR(f.String("numerics_json", &s.numerics_json));
+  COV_RETURN_IF_ERROR(f.String("numerics_source", &s.numerics_source));
+  if (s.numerics_source != kAskBackend) {
+    COV_ASSIGN_OR_RETURN(s.checks.comparison.numerics,
+                         replay::DeclaredNumerics::FromJson(s.numerics_json, s.numerics_source));
+  }
   return s;
 }
 
-Result<ReplayOptions> WorkerSetup::Replay() const {
+Status WorkerSetup::UseBackendNumerics(const std::string& backend_name, const std::string& declared) {
+  if (numerics_source != kAskBackend) return Status::Ok();
+  COV_ASSIGN_OR_RETURN(checks.comparison.numerics,
+                       replay::DeclaredNumerics::FromJson(
+                           declared, "the numerics backend '" + backend_name + "' declares (coverage_backend_numerics)"));
+  return Status::Ok();
+}
+
+ReplayOptions WorkerSetup::Replay() const {
   ReplayOptions r;
-  COV_ASSIGN_OR_RETURN(r.comparison, replay::ComparisonOptions::FromJson(tolerances_json, tolerances_source));
+  r.comparison = checks.comparison;
   r.warm_iterations = warm_iterations;
   r.golden = golden;
   r.seed = seed;
   return r;
 }
 
-Status ParseSetupReply(std::string_view line) {
+Result<SetupReply> ParseSetupReply(std::string_view line) {
   // Any member may have any type here (fuzz/worker_protocol.cc found a
   // non-boolean "ready" throwing): only {"ready": true} is ready, only a
   // string "error" is the reason.
   json j = json::parse(line, nullptr, false);
   if (!j.is_object()) return Status::InvalidArgument(std::string(line));
   if (auto ready = j.find("ready"); ready != j.end() && ready->is_boolean() && ready->get<bool>()) {
-    return Status::Ok();
+    SetupReply reply;
+    if (auto numerics = j.find("numerics"); numerics != j.end() && numerics->is_string()) {
+      reply.numerics = numerics->get<std::string>();
+    }
+    return reply;
   }
   auto error = j.find("error");
   return Status::InvalidArgument(error != j.end() && error->is_string() ? error->get<std::string>()

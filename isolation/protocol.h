@@ -22,10 +22,15 @@ namespace coverage::isolation {
 
 // ---------------------------------------------------------------- parent side
 
-// The reply to {"setup": ...}: OK when it is {"ready": true, ...}; otherwise
-// an InvalidArgument whose message is the worker's "error" text, or the
-// line itself when it has none.
-Status ParseSetupReply(std::string_view line);
+// The reply to {"setup": ...}: {"ready": true, "numerics": "<the declared
+// numerics the worker judges under, as JSON text>", ...} gives what it says
+// (a missing or mistyped "numerics" reads as none); otherwise an
+// InvalidArgument whose message is the worker's "error" text, or the line
+// itself when it has none.
+struct SetupReply {
+  std::string numerics;
+};
+Result<SetupReply> ParseSetupReply(std::string_view line);
 
 // The reply to {"unit": ...}: the CaseResult object inside {"result": {...}}.
 // Errors: Corruption (a result that does not parse, with the context

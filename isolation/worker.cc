@@ -190,9 +190,14 @@ void WorkerProcess::DrainStderr(bool until_eof) {
       stderr_partial_.append(buf, static_cast<size_t>(n));
       size_t start = 0, nl;
       while ((nl = stderr_partial_.find('\n', start)) != std::string::npos) {
-        stderr_lines_.push_back(stderr_partial_.substr(start, nl - start));
-        if (stderr_lines_.size() > stderr_tail_lines_) stderr_lines_.pop_front();
+        std::string line = stderr_partial_.substr(start, nl - start);
         start = nl + 1;
+        if (line.compare(0, kProgressPrefix.size(), kProgressPrefix) == 0) {
+          last_progress_ = line.substr(kProgressPrefix.size());
+          continue;
+        }
+        stderr_lines_.push_back(std::move(line));
+        if (stderr_lines_.size() > stderr_tail_lines_) stderr_lines_.pop_front();
       }
       stderr_partial_.erase(0, start);
       if (stderr_partial_.size() > 4096) {  // a runaway line without newline
@@ -242,6 +247,7 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
   }
   stderr_lines_.clear();
   stderr_partial_.clear();
+  last_progress_.clear();
   const std::string out = request + "\n";
   size_t sent = 0;
   auto reap = [&](int status) {
@@ -265,6 +271,7 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
     }
     DrainStderr(true);
     reply.stderr_tail = StderrTail();
+    reply.progress = last_progress_;
     reply.seconds = SecondsSince(start);
     return reply;
   };
@@ -283,6 +290,7 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
       KillAndReap(&reply);
       DrainStderr(true);
       reply.stderr_tail = StderrTail();
+      reply.progress = last_progress_;
       reply.seconds = SecondsSince(start);
       return reply;
     }

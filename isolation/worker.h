@@ -30,6 +30,11 @@
 
 namespace coverage::isolation {
 
+// A line a worker prints on stderr to say where it is ("coverage-progress
+// {\"call\": 41, ...}"): kept apart from its output, and reported with a
+// crash or a timeout (Note [Where a worker died] in isolation.cc).
+inline constexpr std::string_view kProgressPrefix = "coverage-progress ";
+
 struct WorkerSpawnOptions {
   std::string executable;          // the binary; empty: this process's own (/proc/self/exe)
   std::vector<std::string> args;   // after argv[0], e.g. {"--home", "/src", "worker"}
@@ -50,6 +55,9 @@ struct WorkerReply {
   int term_signal = 0;      // kDied: the signal that ended it, if any
   int exit_status = -1;     // kDied: its exit status, if it exited
   std::string stderr_tail;  // kDied, kTimeout: the last lines it printed
+  // kDied, kTimeout: the last progress line the worker printed for this
+  // request (kProgressPrefix, without it): where it was when it died.
+  std::string progress;
   double seconds = 0;       // from sending to the reply (or death)
 
   // "signal 11 (SIGSEGV)" or "exit status 3".
@@ -89,6 +97,7 @@ class WorkerProcess {
   std::string pending_;              // bytes received after the last reply line
   std::string stderr_partial_;       // an unfinished stderr line
   std::deque<std::string> stderr_lines_;
+  std::string last_progress_;  // this request's last progress line
   size_t stderr_tail_lines_ = 20;
 };
 

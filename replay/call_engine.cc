@@ -121,10 +121,50 @@ CallFailure BackendFailure(const std::exception& e, size_t max_len) {
   return {o, std::move(msg)};
 }
 
+at::Tensor RoundFp32(const at::Tensor& t, DeclaredNumerics::Rounding rounding) {
+  // The whole storage, so a view (expanded, strided, offset) stays the view it was.
+  const int64_t n = static_cast<int64_t>(t.storage().nbytes() / sizeof(float));
+  const at::Tensor flat = t.as_strided({n}, {1}, 0);
+  at::Tensor rounded;
+  if (rounding == DeclaredNumerics::Rounding::kBf16) {
+    rounded = flat.to(at::kBFloat16).to(at::kFloat);
+  } else {  // tf32: 10 of the 23 mantissa bits kept
+    const at::Tensor bits = flat.contiguous().view(at::kInt);
+    const at::Tensor lsb = bits.bitwise_right_shift(13).bitwise_and(1);
+    const at::Tensor kept = (bits + 0xFFF + lsb).bitwise_and(~0x1FFF).view(at::kFloat);
+    rounded = at::where(flat.isfinite(), kept, flat);
+  }
+  return rounded.as_strided(t.sizes(), t.strides(), t.storage_offset());
+}
+
+int64_t RoundDeclaredOperands(const c10::OperatorHandle& op, const DeclaredNumerics& numerics,
+                              const std::vector<bool>& mutated, std::vector<c10::IValue>* arguments) {
+  const std::vector<std::string>* operands = numerics.OperandsOf(op.schema().name());
+  if (operands == nullptr) return 0;
+  const auto& schema_args = op.schema().arguments();
+  int64_t rounded = 0;
+  for (size_t i = 0; i < arguments->size() && i < schema_args.size(); ++i) {
+    if (i < mutated.size() && mutated[i]) continue;
+    if (!operands->empty() &&
+        std::find(operands->begin(), operands->end(), schema_args[i].name()) == operands->end()) {
+      continue;
+    }
+    c10::IValue& v = (*arguments)[i];
+    if (!v.isTensor()) continue;
+    const at::Tensor t = v.toTensor();
+    if (!t.defined() || t.scalar_type() != at::kFloat || t.layout() != at::kStrided) continue;
+    v = RoundFp32(t, numerics.fp32_operands);
+    ++rounded;
+  }
+  return rounded;
+}
+
 Result<ReferenceCall> CallReference(const c10::OperatorHandle& op, const std::vector<bool>& mutated,
-                                    const std::function<Result<std::vector<c10::IValue>>()>& build, size_t max_len) {
+                                    const std::function<Result<std::vector<c10::IValue>>()>& build, size_t max_len,
+                                    const DeclaredNumerics* numerics) {
   ReferenceCall call;
   COV_ASSIGN_OR_RETURN(call.arguments, build());
+  if (numerics != nullptr) call.rounded_operands = RoundDeclaredOperands(op, *numerics, mutated, &call.arguments);
   call.after = call.arguments;
   std::string error;
   try {

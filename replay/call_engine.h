@@ -23,6 +23,7 @@
 #include "core/result.h"
 #include "replay/compare.h"
 #include "replay/compare_options.h"
+#include "replay/numerics.h"
 
 namespace coverage::replay {
 
@@ -47,14 +48,28 @@ CallFailure BackendFailure(const std::exception& e, size_t max_len);
 
 // The reference call: `op` on the CPU arguments `build()` makes. An integer
 // call the CPU has no kernel for runs again upcast (Note [Reference
-// upcast]). The error is the reference's reason when it cannot run at all.
+// upcast]). An op the backend declares numerics for (`numerics`, Note
+// [Declared numerics]) computes with its fp32 operands rounded as declared.
+// The error is the reference's reason when it cannot run at all.
 struct ReferenceCall {
   std::vector<c10::IValue> arguments;  // as passed (in-place writes visible)
   torch::jit::Stack after;             // the stack after the call: its returns
   bool upcast = false;
+  int64_t rounded_operands = 0;  // fp32 operands rounded as declared
 };
 Result<ReferenceCall> CallReference(const c10::OperatorHandle& op, const std::vector<bool>& mutated,
-                                    const std::function<Result<std::vector<c10::IValue>>()>& build, size_t max_len);
+                                    const std::function<Result<std::vector<c10::IValue>>()>& build, size_t max_len,
+                                    const DeclaredNumerics* numerics = nullptr);
+
+// `t` (fp32) with every value of its storage rounded as `rounding` says
+// (round to nearest even; inf and nan unchanged), as a view of the same
+// sizes, strides and offset.
+at::Tensor RoundFp32(const at::Tensor& t, DeclaredNumerics::Rounding rounding);
+
+// Rounds the fp32 operands `numerics` declares for `op` among `arguments`
+// (read-only ones: `mutated` per schema argument); returns how many it rounded.
+int64_t RoundDeclaredOperands(const c10::OperatorHandle& op, const DeclaredNumerics& numerics,
+                              const std::vector<bool>& mutated, std::vector<c10::IValue>* arguments);
 
 // The fp64 golden of one call, made at most once and only when asked
 // (Note [Tolerances]): `make` runs the call on float64 copies of the

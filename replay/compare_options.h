@@ -11,6 +11,7 @@
 
 #include "core/op_case.h"
 #include "core/result.h"
+#include "replay/numerics.h"
 
 namespace coverage::replay {
 
@@ -46,6 +47,10 @@ struct ComparisonOptions {
   double default_multiplier = 2.0;  // backend error may be this many times the CPU's own
   std::map<DType, double> multipliers = {{DType::kBFloat16, 3.0}, {DType::kFloat16, 3.0}};
   std::map<std::string, OpToleranceOverride> per_op;  // key: "aten::op" or "aten::op.overload"
+  // How the backend says it computes (Note [Declared numerics]): the
+  // reference of a declared op computes the same way. Set by the app from
+  // --numerics, not read from the tolerances file.
+  DeclaredNumerics numerics;
 
   // Tolerance for an output of `dtype` produced by `qualified_op`; exact
   // (0, 0) for dtypes without an entry (integers, bool).

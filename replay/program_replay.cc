@@ -68,7 +68,10 @@ void JudgeOutputs(ModelItemResult& item, const std::vector<Judged>& outputs,
     if (c.error_ratio) item.error_ratio = std::max(item.error_ratio.value_or(0.0), *c.error_ratio);
     const std::string where = fmt::format("output of call {} ({})", o.call, o.op);
     if (c.outcome != Outcome::kPass) Fail(item, c.outcome, where + ": " + c.message);
-    if (o.reference.is_floating_point() && o.reference.numel() > 1) {
+    // Cosine similarity judges direction where the values needed the ratio
+    // rule; an output within the reference tolerance everywhere (a layer
+    // norm's saved mean at rounding level) has nothing for it to judge.
+    if (o.reference.is_floating_point() && o.reference.numel() > 1 && c.mismatched + c.nonfinite_diff > 0) {
       cosine = std::min(cosine, c.cosine);
       if (c.cosine < options.check.min_cosine && c.outcome != Outcome::kShapeMismatch &&
           c.outcome != Outcome::kDtypeMismatch) {
@@ -113,6 +116,9 @@ void Stats(ModelItemResult& item, const Replayer& r, const Program& p) {
                            {"backend_seconds", r.backend_seconds()},
                            {"reference_seconds", r.reference_seconds()},
                            {"reference_upcasts", r.reference_upcasts()}};
+  if (r.reference_rounded() > 0) {  // Note [Declared numerics]
+    item.detail["replay"]["reference_rounded_operands"] = r.reference_rounded();
+  }
 }
 
 // Judged outputs, golden asked for when they mismatch.
@@ -188,6 +194,44 @@ ModelItemResult ReplayProgram(const Program& program, Backend& backend, const Pr
   return item;
 }
 
+namespace {
+
+// The first wrong call of each failing module item: one locate pass that
+// runs only the failing modules' calls on the backend, each fed the
+// reference's inputs (Replayer::divergent_by_module), as the model stage
+// locates the model's first divergent call.
+void LocateInModules(const Program& program, Backend& backend, const ProgramReplayOptions& options,
+                     std::vector<ModelItemResult>& items) {
+  std::set<std::string> failing;
+  for (const auto& item : items) {
+    if (item.outcome != Outcome::kPass && item.outcome != Outcome::kSkipped) failing.insert(item.item);
+  }
+  if (failing.empty() || !options.locate_first_divergent) return;
+  Replayer locate(program, &backend, options);
+  Failure f;
+  try {
+    f = locate.Prepare();
+    if (f.outcome == Outcome::kPass) f = locate.Run(Mode::kLocate, failing);
+  } catch (const std::exception& e) {  // the verdicts stand; only the search stopped
+    f = {Outcome::kError, "internal error in coverage: " + FirstLine(e.what(), 500)};
+  }
+  for (auto& item : items) {
+    if (!failing.count(item.item)) continue;
+    auto found = locate.divergent_by_module().find(item.item);
+    if (found != locate.divergent_by_module().end()) {
+      item.detail["first_divergent"] = found->second;
+    } else if (f.outcome == Outcome::kPass) {
+      item.detail["first_divergent_note"] =
+          "every call of the module is within its tolerance given the reference's inputs: the error accumulated "
+          "over its calls";
+    } else {
+      item.detail["first_divergent_note"] = "the search stopped: " + f.message;
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<ModelItemResult> ReplayModules(const Program& program, const std::vector<std::string>& modules,
                                            Backend& backend, const ProgramReplayOptions& options) {
   const auto start = Clock::now();
@@ -233,6 +277,7 @@ std::vector<ModelItemResult> ReplayModules(const Program& program, const std::ve
         JudgeWithGolden(item, outputs, options, program);
       }
     }
+    LocateInModules(program, backend, options, items);
   } catch (const std::exception& e) {
     fail_all(Outcome::kError, "internal error in coverage while replaying the modules: " + FirstLine(e.what(), 500));
   }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct ProgramReplayOptions {
   // When the free-running replay fails, replay again feeding every call the
   // reference's inputs to find the first call that misses its tolerance.
   bool locate_first_divergent = true;
+  // Called before each call runs on the backend (a worker says where it is:
+  // Note [Where a worker died] in isolation/isolation.cc).
+  std::function<void(const ProgramCall&)> before_backend_call;
 };
 
 // The whole program free-running on the backend (backend outputs feed later

@@ -14,6 +14,7 @@
 
 #include "backends/backend.h"
 #include "backends/backends.h"
+#include "core/json_double.h"
 #include "replay/call_engine.h"
 #include "replay/compare.h"
 #include "replay/composites.h"
@@ -60,6 +61,20 @@ bool HasSchema(const OpCase& op_case) {
   return c10::Dispatcher::singleton().findSchema({op_case.op, op_case.overload}).has_value();
 }
 
+namespace {
+
+// A verdict's figures into the result (none when no value was compared).
+void SetFigures(const CallVerdict& v, CaseResult* res) {
+  if (!v.compared) return;
+  res->max_abs_err = v.max_abs_err;
+  res->max_rel_err = v.max_rel_err;
+  res->mismatch_frac = v.mismatch_frac;
+  res->cosine = v.cosine;
+  res->error_ratio = v.error_ratio;
+}
+
+}  // namespace
+
 // What the last case's CPU side produced, kept for RunAgain of the same
 // case: the inputs are seeded, so the reference and the golden would come
 // out the same, and a rerun needs only the backend again. Its inputs are
@@ -79,6 +94,7 @@ struct ReplayExecutor::LastReference {
   std::vector<at::Tensor> produced;  // per output: CPU copy, undefined for None
   bool produced_complete = false;     // every output a tensor or None
   CaseResult judged;
+  int64_t rounded_operands = 0;       // the reference's, as declared (Note [Declared numerics])
 };
 
 ReplayExecutor::ReplayExecutor(std::shared_ptr<Backend> backend, ReplayOptions options)
@@ -176,8 +192,10 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   if (options_.golden == GoldenMode::kAlways) golden.Make();
 
   std::vector<c10::IValue> reference;
+  int64_t rounded_operands = 0;
   if (kept) {
     reference = kept->reference;
+    rounded_operands = kept->rounded_operands;
   } else {
     double build_us = 0;
     const auto tr = Clock::now();
@@ -189,7 +207,7 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
           build_us += Micros(tm, Clock::now());
           return inputs;
         },
-        2000);
+        2000, &options_.comparison.numerics);
     res.timing.materialize_us += build_us;
     res.timing.reference_us += Micros(tr, Clock::now()) - build_us;
     if (!call) {
@@ -199,6 +217,7 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
     }
     if (!call->upcast) reference_inputs = call->arguments;
     reference = CallOutputs(call->after, call->arguments, m.mutated());
+    rounded_operands = call->rounded_operands;
   }
 
   // Sparse and other non-strided outputs (`_to_sparse`) have no strided
@@ -213,9 +232,23 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
     }
   }
 
-  // Backend: first call, then warm repetitions.
+  // Backend: first call, then warm repetitions. A warm call is timed and
+  // judged too: its outputs are compared with the first call's bit for bit,
+  // and the first that differs is judged against the reference below (a
+  // backend whose answer changes between calls; Note [Warm calls judged]).
   std::vector<c10::IValue> produced;
   std::vector<double> warm;
+  // The first call's outputs on the CPU, each read from the device once (for
+  // the warm comparison, a rerun's and judging).
+  std::vector<at::Tensor> produced_cpu;
+  struct WarmChange {
+    int call = 0;  // 1-based: the first warm call is call 2
+    std::vector<c10::IValue> outputs;
+  };
+  std::optional<WarmChange> warm_change;
+  auto cpu_copy = [](const c10::IValue& v) {
+    return v.isTensor() && v.toTensor().defined() ? v.toTensor().cpu() : at::Tensor();
+  };
   // Counter deltas cover every backend call of the case, placing inputs on
   // the device included, and are kept when the backend fails.
   const std::map<std::string, int64_t> counters_before = backend_->Counters();
@@ -244,8 +277,20 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
         res.first_call_us = us;
         produced = CallOutputs(stack, *inputs, m.mutated());
         backend_inputs = std::move(*inputs);
+        produced_cpu.resize(produced.size());
       } else {
         warm.push_back(us);
+        if (!warm_change && AllStridedOrNone(produced)) {
+          std::vector<c10::IValue> outputs = CallOutputs(stack, *inputs, m.mutated());
+          for (size_t i = 0; i < produced.size() && i < outputs.size(); ++i) {
+            if (!options_.comparison.ValuesCompared(op_case, i)) continue;  // random or uninitialised
+            if (!produced_cpu[i].defined()) produced_cpu[i] = cpu_copy(produced[i]);
+            if (!SameValues(produced_cpu[i], cpu_copy(outputs[i]))) {
+              warm_change = WarmChange{iter + 1, std::move(outputs)};
+              break;
+            }
+          }
+        }
       }
     }
   } catch (const std::exception& e) {
@@ -278,11 +323,11 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   const bool produced_complete = AllStridedOrNone(produced);
   // A rerun's outputs on the CPU, each read from the device once: compared
   // with the first run's, then judged from the same copies.
-  std::vector<at::Tensor> produced_cpu(produced.size());
+  produced_cpu.resize(produced.size());
   auto same_as_first = [&]() {
     if (!kept || !kept->produced_complete || !produced_complete || kept->produced.size() != produced.size()) return false;
     for (size_t i = 0; i < produced.size(); ++i) {
-      if (produced[i].isTensor()) produced_cpu[i] = produced[i].toTensor().cpu();
+      if (produced[i].isTensor() && !produced_cpu[i].defined()) produced_cpu[i] = produced[i].toTensor().cpu();
       if (!SameValues(produced_cpu[i], kept->produced[i])) return false;
     }
     return true;
@@ -318,21 +363,70 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
                                    .backend_on_cpu = &produced_cpu});
   res.outcome = verdict.outcome;
   res.error = verdict.error;
-  if (verdict.compared) {
-    res.max_abs_err = verdict.max_abs_err;
-    res.max_rel_err = verdict.max_rel_err;
-    res.mismatch_frac = verdict.mismatch_frac;
-    res.cosine = verdict.cosine;
-    res.error_ratio = verdict.error_ratio;
-  }
+  SetFigures(verdict, &res);
   // Golden time is compute, not comparison.
   res.timing.compare_us = Micros(tcmp, Clock::now()) - (golden.micros() - golden_us_judging);
   res.timing.golden_us += golden.micros() - golden_us_before;
-  res.detail_json = verdict.Detail(golden.ok()).dump();
+  nlohmann::json detail = verdict.Detail(golden.ok());
+  if (warm_change) {
+    // Note [Warm calls judged]
+    // ~~~~~~~~~~~~~~~~~~~~~~~~
+    // Warm calls are timed, and a backend can change its answer between
+    // calls (a cache that returns another signature's result, a kernel
+    // wrong in some calls). Each warm call's outputs whose values are
+    // compared are checked against the first call's bit for bit (on the CPU
+    // copies judging needs anyway); the first that differs is judged like
+    // the first call. A failure the first call did not have fails the case,
+    // flagged flaky, with the call named; a change that still passes (a
+    // nondeterministic reduction) is recorded in the detail only.
+    const CallVerdict again = JudgeCall({.op_case = &op_case,
+                                         .comparison = &options_.comparison,
+                                         .backend = &warm_change->outputs,
+                                         .reference = &reference,
+                                         .schema = &op.schema(),
+                                         .golden = &golden});
+    detail["warm_changed"] = {{"call", warm_change->call},
+                              {"calls", options_.warm_iterations + 1},
+                              {"outcome", OutcomeName(again.outcome)}};
+    if (IsUnexpectedFailure(again.outcome) && !IsUnexpectedFailure(res.outcome)) {
+      res.outcome = again.outcome;
+      res.error = fmt::format("call {} of {} (warm) differs from the first call and fails: {}", warm_change->call,
+                              options_.warm_iterations + 1, again.error);
+      res.flaky = true;
+      SetFigures(again, &res);
+    }
+  }
+  if (rounded_operands > 0) {
+    // Note [Declared numerics]: judged against the declared precision; the
+    // error against exact fp32 is recorded beside it.
+    detail["declared"] = {{"rounded_operands", rounded_operands},
+                          {"fp32_operands", DeclaredNumerics::RoundingName(options_.comparison.numerics.fp32_operands)},
+                          {"source", options_.comparison.numerics.source}};
+    const auto te = Clock::now();
+    auto exact = CallReference(
+        op, m.mutated(), [&]() { return m.Build(cpu, /*to_double=*/false, /*verify=*/false); }, 2000);
+    if (exact) {
+      const std::vector<c10::IValue> exact_outputs = CallOutputs(exact->after, exact->arguments, m.mutated());
+      double max_abs = 0, max_rel = 0;
+      for (size_t i = 0; i < exact_outputs.size() && i < verdict.backend_on_cpu.size(); ++i) {
+        const at::Tensor& b = verdict.backend_on_cpu[i];
+        if (!b.defined() || !exact_outputs[i].isTensor() || !b.is_floating_point()) continue;
+        const TensorComparison c =
+            CompareTensors(b, exact_outputs[i].toTensor(), at::Tensor(), Tolerance{}, 1.0, true);
+        max_abs = std::max(max_abs, c.max_abs_err);
+        max_rel = std::max(max_rel, c.max_rel_err);
+      }
+      detail["declared"]["exact_fp32"] = {{"max_abs_err", DoubleToJson(max_abs)},
+                                          {"max_rel_err", DoubleToJson(max_rel)}};
+    }
+    res.timing.reference_us += Micros(te, Clock::now());
+  }
+  res.detail_json = detail.dump();
   if (IsUnexpectedFailure(res.outcome) && res.outcome != Outcome::kUnsupported) {
     // Only a failing case is rerun (Note [Reruns]).
     last_ = std::make_unique<LastReference>();
     last_->key = op_case.Key();
+    last_->rounded_operands = rounded_operands;
     last_->reference = std::move(reference);
     last_->golden = std::move(golden);
     last_->inputs = std::move(m);

@@ -70,8 +70,8 @@ class Replayer {
   // makes the whole program unreplayable (kSkipped with the reason).
   Failure Prepare();
 
-  // One pass. `modules` selects the calls of kModule (their own calls, not
-  // their sub-modules'). Values of carried ids (Carry) survive from the
+  // One pass. `modules` selects the calls of kModule, or those kLocate runs
+  // on the backend (their own calls, not their sub-modules'). Values of carried ids (Carry) survive from the
   // previous pass; everything else starts afresh.
   Failure Run(Mode mode, const std::set<std::string>& modules = {});
 
@@ -81,8 +81,13 @@ class Replayer {
   double backend_seconds() const { return backend_seconds_; }
   double reference_seconds() const { return reference_seconds_; }
   int64_t reference_upcasts() const { return reference_upcasts_; }
+  // fp32 operands the reference rounded as the backend declares (Note [Declared numerics]).
+  int64_t reference_rounded() const { return reference_rounded_; }
   // The first divergent call of a kLocate pass.
   nlohmann::json divergent() const { return divergent_; }
+  // A kLocate pass given modules runs only their calls on the backend and
+  // keeps each module's first divergent call here (module -> as divergent()).
+  const std::map<std::string, nlohmann::json>& divergent_by_module() const { return divergent_by_module_; }
   // kGolden: the fp64 value of a judged id.
   at::Tensor golden(int64_t id) const;
   int64_t module_calls(const std::string& module) const;
@@ -191,10 +196,12 @@ class Replayer {
   int64_t live_bytes_ = 0, peak_live_bytes_ = 0, calls_run_ = 0;
   double backend_seconds_ = 0, reference_seconds_ = 0;
   int64_t reference_upcasts_ = 0;  // Note [Reference upcast]
+  int64_t reference_rounded_ = 0;  // Note [Declared numerics]
   std::vector<Judged> judged_;
   std::set<int64_t> wanted_golden_;
   std::unordered_map<int64_t, at::Tensor> golden_;
   nlohmann::json divergent_;
+  std::map<std::string, nlohmann::json> divergent_by_module_;
 };
 
 }  // namespace coverage::replay::programs

@@ -64,15 +64,26 @@ void Builder::Finish() {
     if (model.failing) failing_models.insert(id);
   }
 
-  // Root cause and blockers: failing op cases of reported unit runs, traced
-  // through provenance to the failing models that captured them.
+  // Root cause: failing op cases of reported unit runs, traced through
+  // provenance to the failing models that captured them. Blockers: of those,
+  // the ones a failing model's items located as their first wrong call (an
+  // op case that merely occurs in a failing model blocks nothing).
+  std::map<std::string, std::set<std::string>> located;  // model -> case keys of its failing items' first wrong calls
+  for (const auto& [id, model] : models_) {
+    for (const auto& item : model.items) {
+      if (item.change != Change::kRemoved && Fails(item.verdict) && item.first_divergent &&
+          !item.first_divergent->case_key.empty()) {
+        located[id].insert(item.first_divergent->case_key);
+      }
+    }
+  }
   for (const CaseEntry& c : r.cases) {
     if (c.change == Change::kRemoved || !Fails(c.verdict)) continue;
     Blocker b{c.key, c.op, c.summary, c.verdict, {}};
     for (const std::string& m : c.models) {
       if (!failing_models.count(m)) continue;
       models_[m].failing_cases.push_back(c.key);
-      b.models.push_back(m);
+      if (auto l = located.find(m); l != located.end() && l->second.count(c.key)) b.models.push_back(m);
     }
     if (!b.models.empty()) r.blockers.push_back(std::move(b));
   }

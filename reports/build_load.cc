@@ -22,6 +22,17 @@ RunInfo FromOverview(const registry::RunOverview& o) {
   RunInfo run{r.run_id, r.stage, r.backend, r.started_at, r.finished_at, r.host, r.git_revision, r.libtorch_version,
               r.config_json};
   run.results = o.unit_results + o.model_results;
+  const nlohmann::json config = nlohmann::json::parse(r.config_json, nullptr, false);
+  for (const char* judging : {"replay", "checks"}) {
+    if (!config.is_object() || !config.contains(judging) || !config[judging].is_object()) continue;
+    const nlohmann::json& n = config[judging].value("numerics", nlohmann::json());
+    if (n.is_object() && n.contains("declared") && n["declared"].is_string()) {
+      run.numerics = n["declared"].get<std::string>();
+      if (n.contains("source") && n["source"].is_string() && n["declared"] != "exact fp32") {
+        run.numerics += " (" + n["source"].get<std::string>() + ")";
+      }
+    }
+  }
   if (o.shard_count > 0) run.shards = fmt::format("{} of {} shards finished", o.shards_finished, o.shard_count);
   return run;
 }

@@ -14,15 +14,16 @@ namespace {
 void WriteRunTable(Out& out, std::string_view id, const std::vector<RunInfo>& runs) {
   Put(out,
       "<table id=\"{}\"><thead><tr><th>Run</th><th>Stage</th><th>Backend</th><th>Host</th><th>Git revision</th>"
-      "<th>libtorch</th><th>Started</th><th>Finished</th><th class=\"num\">Results</th><th>Shards</th></tr></thead>"
+      "<th>libtorch</th><th>Numerics</th><th>Started</th><th>Finished</th><th class=\"num\">Results</th>"
+      "<th>Shards</th></tr></thead>"
       "<tbody>\n",
       id);
   for (const RunInfo& run : runs) {
     Put(out,
         "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>"
-        "<td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
+        "<td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
         E(run.run_id), E(run.stage), E(run.backend), E(run.host), E(run.git_revision), E(run.libtorch_version),
-        E(run.started_at), run.finished_at.empty() ? "<em>not finished</em>" : E(run.finished_at), run.results,
+        E(run.numerics), E(run.started_at), run.finished_at.empty() ? "<em>not finished</em>" : E(run.finished_at), run.results,
         E(run.shards));
   }
   out += "</tbody></table>\n";

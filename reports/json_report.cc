@@ -20,6 +20,7 @@ json RunToJson(const RunInfo& run) {
             {"host", run.host},
             {"git_revision", run.git_revision},
             {"libtorch_version", run.libtorch_version},
+            {"numerics", run.numerics},
             {"results", run.results}};
   if (!run.shards.empty()) j["shards"] = run.shards;
   return j;

@@ -88,6 +88,9 @@ struct RunInfo {
   std::string run_id, stage, backend, started_at, finished_at, host, git_revision, libtorch_version, config_json;
   int64_t results = 0;
   std::string shards;  // "3 of 4 shards finished"; empty when not sharded
+  // The numerics it was judged under (Note [Declared numerics]): "fp32 operands
+  // rounded to bf16 in 12 ops (...)", "exact fp32"; "" when not recorded.
+  std::string numerics;
 };
 
 // One op case of a reported unit run, or of its baseline when removed. The
@@ -157,7 +160,7 @@ struct ModelEntry {
 struct Blocker {
   std::string key, op, summary;
   std::optional<Outcome> verdict;
-  std::vector<std::string> models;  // failing models whose capture produced it
+  std::vector<std::string> models;  // failing models whose located first wrong call it is
 };
 
 // "What is broken": op cases failing now (unexpectedly; expected failures

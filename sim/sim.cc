@@ -365,3 +365,25 @@ SIM_EXPORT const char* coverage_backend_counters(void) {
 }
 
 SIM_EXPORT void coverage_backend_synchronize(void) {}  // host memory: every op has finished when it returns
+
+// What sim's numerics do, declared (Note [Declared numerics] in
+// replay/numerics.cc): with "bf16_matmul" the fp32 operands of bf16_ops are
+// rounded to bf16; "exact" declares nothing.
+SIM_EXPORT const char* coverage_backend_numerics(void) {
+  using namespace coverage::sim;
+  using namespace coverage::sim::internal;
+  thread_local std::string text;
+  const std::shared_ptr<const Config> config = CurrentConfig();
+  if (config->numerics != Numerics::kBf16Matmul || config->bf16_ops.empty()) return "";
+  nlohmann::json ops = nlohmann::json::object();
+  for (const std::string& op : config->bf16_ops) {
+    const std::string bare = op.substr(0, op.find('.', op.find("::")));
+    ops[bare] = RoundedOperands(bare);
+  }
+  text = nlohmann::json{{"comment", "sim's bf16_matmul numerics (configs/sim.json): fp32 operands of these ops are "
+                                    "rounded to bf16, the kernel accumulates in fp32"},
+                        {"fp32_operands", "bf16"},
+                        {"ops", ops}}
+             .dump();
+  return text.c_str();
+}

@@ -64,19 +64,9 @@ bool InOpList(const std::vector<std::string>& list, const std::string& qualified
          std::find(list.begin(), list.end(), bare) != list.end();
 }
 
-// The operands bf16_matmul rounds, by argument name; an op in bf16_ops that
-// is not listed here has every read-only fp32 tensor argument rounded.
 bool IsMatmulOperand(const std::string& bare, const std::string& arg) {
-  static const std::map<std::string, std::vector<std::string>> kOperands = {
-      {"aten::mm", {"self", "mat2"}},        {"aten::bmm", {"self", "mat2"}},
-      {"aten::addmm", {"mat1", "mat2"}},     {"aten::baddbmm", {"batch1", "batch2"}},
-      {"aten::addbmm", {"batch1", "batch2"}}, {"aten::matmul", {"self", "other"}},
-      {"aten::addmv", {"mat", "vec"}},       {"aten::mv", {"self", "vec"}},
-      {"aten::dot", {"self", "tensor"}},     {"aten::convolution", {"input", "weight"}},
-      {"aten::_convolution", {"input", "weight"}}, {"aten::convolution_overrideable", {"input", "weight"}}};
-  auto it = kOperands.find(bare);
-  if (it == kOperands.end()) return true;
-  return std::find(it->second.begin(), it->second.end(), arg) != it->second.end();
+  const std::vector<std::string> operands = RoundedOperands(bare);
+  return operands.empty() || std::find(operands.begin(), operands.end(), arg) != operands.end();
 }
 
 struct Alias {
@@ -291,6 +281,18 @@ void HostFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     stack->push_back(call.ToSim(host[r]));
   }
+}
+
+std::vector<std::string> RoundedOperands(const std::string& bare) {
+  static const std::map<std::string, std::vector<std::string>> kOperands = {
+      {"aten::mm", {"self", "mat2"}},        {"aten::bmm", {"self", "mat2"}},
+      {"aten::addmm", {"mat1", "mat2"}},     {"aten::baddbmm", {"batch1", "batch2"}},
+      {"aten::addbmm", {"batch1", "batch2"}}, {"aten::matmul", {"self", "other"}},
+      {"aten::addmv", {"mat", "vec"}},       {"aten::mv", {"self", "vec"}},
+      {"aten::dot", {"self", "tensor"}},     {"aten::convolution", {"input", "weight"}},
+      {"aten::_convolution", {"input", "weight"}}, {"aten::convolution_overrideable", {"input", "weight"}}};
+  auto it = kOperands.find(bare);
+  return it == kOperands.end() ? std::vector<std::string>{} : it->second;
 }
 
 }  // namespace coverage::sim::internal

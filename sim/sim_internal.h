@@ -159,4 +159,10 @@ void FaultBeforeRunning(const FaultRule& r, const std::string& qualified);
 void CorruptResults(const FaultRule& fault, const c10::FunctionSchema& schema, const std::vector<c10::IValue>& args,
                     torch::jit::Stack* host, const std::function<bool(const at::Tensor&)>& in_argument_memory);
 
+// The operands bf16_matmul rounds in `bare` ("aten::mm"), by argument name;
+// empty: every read-only fp32 tensor argument (an op of bf16_ops without an
+// entry). coverage_backend_numerics() declares the same (Note [Declared
+// numerics] in replay/numerics.cc).
+std::vector<std::string> RoundedOperands(const std::string& bare);
+
 }  // namespace coverage::sim::internal

@@ -199,6 +199,11 @@ try {
 
   // From the top: a sticky header otherwise sticks to where the page was scrolled.
   await page.evaluate(() => window.scrollTo(0, 0));
+  // Wide tables stay inside the page: nothing scrolls sideways at 1400 px.
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  const wide = overflow <= 0 ? [] : await page.evaluate(() => [...document.querySelectorAll('table')]
+    .filter((t) => t.getBoundingClientRect().right > window.innerWidth).map((t) => t.id || t.className || 'table'));
+  check(overflow <= 0, `the page is ${overflow} px wider than the 1400 px window (${wide.join(', ') || 'not a table'})`);
   await page.screenshot({ path: screenshotPath, fullPage: true });
   console.log(`report_in_chromium: screenshot at ${screenshotPath}`);
 } finally {

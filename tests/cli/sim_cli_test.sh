@@ -22,8 +22,14 @@ check "cuda is listed with its availability" grep -Eq '^cuda  *(available|unavai
 "$BIN" -q --registry "$DB" capture --model microsoft/resnet-50 >/dev/null 2>&1
 check "capture of one model" test $? -eq 0
 
-"$BIN" -q --registry "$DB" run --stage=unit --backend sim --run bf16 >"$TMP/bf16.out" 2>&1
-check "the shipped sim config rounds fp32 convolutions to bf16: failures, exit 1" test $? -eq 1
+"$BIN" -q --registry "$DB" run --stage=unit --backend sim --run declared >"$TMP/declared.out" 2>&1
+check "sim declares its bf16 convolutions and passes against the declaration" test $? -eq 0 || cat "$TMP/declared.out" >&2
+check "  the run records what it was judged under" test "$(sqlite3 "$DB" \
+  "SELECT json_extract(config_json, '$.replay.numerics.source') || ' ' || (json_extract(config_json, '$.replay.numerics.declared') LIKE 'fp32 operands rounded to bf16 in %') FROM runs WHERE run_id = 'declared'")" = "backend 1"
+check "  and each convolution its error against exact fp32" test "$(sqlite3 "$DB" \
+  "SELECT COUNT(*) FROM results r JOIN op_cases c USING (case_id) WHERE r.run_id = 'declared' AND c.op = 'aten::convolution' AND json_extract(r.detail_json, '$.replay.declared.exact_fp32.max_rel_err') > 0")" -gt 0
+"$BIN" -q --registry "$DB" run --stage=unit --backend sim --numerics none --run bf16 >"$TMP/bf16.out" 2>&1
+check "judged at exact fp32 (--numerics none) sim's bf16 convolutions fail, exit 1" test $? -eq 1
 check "the convolutions mismatch" grep -q 'aten::convolution.*mismatch\|mismatch.*aten::convolution\|aten::convolution  *[0-9]' "$TMP/bf16.out"
 check "the run is stored as on backend sim" \
   test "$(sqlite3 "$DB" "SELECT backend FROM runs WHERE run_id = 'bf16'")" = "sim"
@@ -113,6 +119,8 @@ JSON
   check "a crashing model stage fails the run" test $? -eq 1
   check "the model stage is a crash with its signal" test "$(sqlite3 "$MDB" \
     "SELECT outcome || ' ' || (error LIKE '%SIGSEGV%') || ' ' || attempts FROM model_results WHERE run_id = 'crash' AND stage = 'model'")" = "crash 1 2"
+  check "the crash names the call the worker died in" test "$(sqlite3 "$MDB" \
+    "SELECT (error LIKE '%, in call % (aten::addmm%') || ' ' || (json_extract(detail_json, '$.worker.in_call.op') LIKE 'aten::addmm%') FROM model_results WHERE run_id = 'crash' AND stage = 'model'")" = "1 1"
   check "the train stage ran after it in a fresh worker" test "$(sqlite3 "$MDB" \
     "SELECT outcome FROM model_results WHERE run_id = 'crash' AND stage = 'train'")" = "crash"
   check "the workers are counted" grep -q "crashed" "$TMP/crash.out"

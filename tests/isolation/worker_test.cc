@@ -29,13 +29,17 @@ namespace {
 // The protocol's parsers on lines of every shape (isolation/protocol.h);
 // the cases below are what fuzz/worker_protocol.cc found throwing.
 TEST(WorkerProtocol, SetupReplyOfAnyShapeIsReadyOrAnError) {
-  EXPECT_TRUE(ParseSetupReply(R"({"ready": true, "backend_version": "x"})").ok());
+  EXPECT_TRUE(ParseSetupReply(R"({"ready": true, "backend_version": "x"})").has_value());
+  auto declared = ParseSetupReply(R"({"ready": true, "numerics": "{\"fp32_operands\": \"bf16\"}"})");
+  ASSERT_TRUE(declared.has_value());
+  EXPECT_EQ(declared->numerics, R"({"fp32_operands": "bf16"})");
+  EXPECT_EQ(ParseSetupReply(R"({"ready": true, "numerics": 7})")->numerics, "");
   for (const char* line : {R"({"ready": 1})", R"({"ready": "yes"})", R"({"error": 3})", "[]", "not json"}) {
-    Status s = ParseSetupReply(line);
+    Status s = ParseSetupReply(line).error();
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << line;
     EXPECT_EQ(s.message(), line);
   }
-  EXPECT_EQ(ParseSetupReply(R"({"ready": false, "error": "no such backend"})").message(), "no such backend");
+  EXPECT_EQ(ParseSetupReply(R"({"ready": false, "error": "no such backend"})").error().message(), "no such backend");
 }
 
 TEST(WorkerProtocol, RepliesOfAnotherShapeAreErrorValues) {
@@ -119,6 +123,20 @@ TEST(Worker, ACrashIsReportedWithItsSignalAndLastOutput) {
   EXPECT_NE(r.stderr_tail.find("about to crash"), std::string::npos) << r.stderr_tail;
   EXPECT_FALSE((*w)->alive());
   EXPECT_EQ((*w)->Call("again", 10).kind, WorkerReply::Kind::kDied);  // at once, no new process
+}
+
+// Note [Where a worker died]: the last progress line of the request is kept
+// apart from the worker's output and reported with its death.
+TEST(Worker, TheLastProgressLineSaysWhereItDied) {
+  auto w = WorkerProcess::Spawn(Shell(
+      "read -r l <&3; echo 'coverage-progress {\"call\": 1}' >&2; echo 'coverage-progress {\"call\": 2, \"op\": "
+      "\"aten::topk\", \"module\": \"m\"}' >&2; echo 'other output' >&2; kill -SEGV $$"));
+  ASSERT_TRUE(w.has_value());
+  WorkerReply r = (*w)->Call("go", 10);
+  EXPECT_EQ(r.kind, WorkerReply::Kind::kDied);
+  EXPECT_EQ(r.progress, R"({"call": 2, "op": "aten::topk", "module": "m"})");
+  EXPECT_EQ(r.stderr_tail.find("coverage-progress"), std::string::npos) << r.stderr_tail;
+  EXPECT_NE(r.stderr_tail.find("other output"), std::string::npos) << r.stderr_tail;
 }
 
 TEST(Worker, AnExitStatusIsReported) {

@@ -77,6 +77,39 @@ TEST(ProgramReplay, TheSameSeedGivesTheSameOutputsAndAnotherSeedOthers) {
   EXPECT_NE(a.max_abs_err, c.max_abs_err);
 }
 
+// Note [Declared numerics]: a backend that computes every matmul from bf16
+// operands fails the model at fp32 precision, passes it once it declares so
+// (the reference's matmuls round the same operands), and still fails when
+// one other op is worse than the CPU's, with that op's call named.
+TEST(ProgramReplay, AModelIsJudgedAgainstTheNumericsTheBackendDeclares) {
+  auto options = [](bool declared) {
+    ProgramReplayOptions o;
+    if (declared) {
+      auto d = replay::DeclaredNumerics::FromJson(R"({"fp32_operands": "bf16", "ops": {"aten::mm": ["self", "mat2"]}})",
+                                                  "numerics.json");
+      EXPECT_TRUE(d.has_value());
+      if (d) o.check.comparison.numerics = *d;
+    }
+    return o;
+  };
+  FakeBackend bf16;
+  bf16.operand_mantissa_bits["aten::mm"] = 7;
+  const auto undeclared = replay::ReplayProgram(Prefill(), bf16, options(false));
+  EXPECT_NE(undeclared.outcome, Outcome::kPass);
+  const auto declared = replay::ReplayProgram(Prefill(), bf16, options(true));
+  EXPECT_EQ(declared.outcome, Outcome::kPass) << declared.error;
+  EXPECT_EQ(declared.detail["replay"]["reference_rounded_operands"], 2 * 15) << declared.detail.dump();
+  const auto train = replay::ReplayTraining(Train(), bf16, options(true));
+  EXPECT_EQ(train.outcome, Outcome::kPass) << train.error;
+
+  FakeBackend worse = bf16;
+  worse.add_offset["aten::rsqrt"] = 1e-3;
+  const auto item = replay::ReplayProgram(Prefill(), worse, options(true));
+  EXPECT_NE(item.outcome, Outcome::kPass);
+  ASSERT_TRUE(item.detail.contains("first_divergent")) << item.detail.dump();
+  EXPECT_EQ(item.detail["first_divergent"]["op"], "aten::rsqrt");
+}
+
 TEST(ProgramReplay, ABrokenOpFailsTheModelAndItsFirstCallIsNamedAsFirstDivergent) {
   FakeBackend backend;
   backend.add_offset["aten::silu"] = 0.5;
@@ -157,6 +190,38 @@ TEST(ProgramReplay, TheModuleCheckIsolatesTheBrokenOpToItsModule) {
   }
   const auto none = replay::ReplayModule(Prefill(), "model.no_such_module", backend, ProgramReplayOptions{});
   EXPECT_EQ(none.outcome, Outcome::kSkipped);
+}
+
+// A failing module names the first call inside it that misses its tolerance
+// given the reference's inputs, as the model stage does for the whole model:
+// with every cat wrong, the attention's first own cat (the rotary
+// embedding's, after a dozen views, muls and slices), not the KV cache's
+// cats whose outputs leave the module.
+TEST(ProgramReplay, AFailingModuleNamesItsFirstWrongCall) {
+  const std::string attention = "model.layers.0.self_attn";
+  int64_t first_cat = -1, own_calls_before = 0;
+  for (const auto& c : Prefill().calls) {
+    if (c.module != attention) continue;
+    if (c.op == "aten::cat") {
+      first_cat = c.index;
+      break;
+    }
+    ++own_calls_before;
+  }
+  ASSERT_GT(first_cat, 0);
+  ASSERT_GT(own_calls_before, 5);  // the wrong call is inside the module, not its first
+  FakeBackend backend;
+  backend.add_offset["aten::cat"] = 0.5;
+  const auto items =
+      replay::ReplayModules(Prefill(), {attention, "model.layers.0.mlp.act_fn"}, backend, ProgramReplayOptions{});
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].outcome, Outcome::kMismatch) << items[0].error << items[0].detail.dump();
+  ASSERT_TRUE(items[0].detail.contains("first_divergent")) << items[0].detail.dump();
+  EXPECT_EQ(items[0].detail["first_divergent"]["call"], first_cat);
+  EXPECT_EQ(items[0].detail["first_divergent"]["op"], "aten::cat");
+  EXPECT_EQ(items[0].detail["first_divergent"]["module"], attention);
+  EXPECT_EQ(items[1].outcome, Outcome::kPass) << items[1].error;
+  EXPECT_FALSE(items[1].detail.contains("first_divergent"));
 }
 
 TEST(ProgramReplay, TrainingStepsPassOnACorrectBackendAndTheLossMoves) {

@@ -7,6 +7,7 @@
 
 #include "backends/backend.h"
 #include "backends/backends.h"
+#include "replay/call_engine.h"
 #include "replay/compare.h"
 #include "replay/materialize.h"
 #include "replay/reference_upcast.h"
@@ -171,6 +172,96 @@ TEST(Replay, WrongValuesGiveMismatchWithMetricsForTheAffectedOpOnly) {
   EXPECT_NE(bad.error.find("512 of 512 elements"), std::string::npos) << bad.error;
   CaseResult good = RunOn(fake, testing::AddCase({16, 32}));
   EXPECT_EQ(good.outcome, Outcome::kPass) << good.error;
+}
+
+// Note [Declared numerics]: a backend that computes fp32 matmuls from bf16
+// operands fails at fp32 precision, passes once it declares so, and one that
+// is worse than it declares (5 mantissa bits) still fails. TF32 likewise.
+TEST(Replay, ABackendIsJudgedAgainstTheNumericsItDeclares) {
+  auto declare = [](std::string_view rounding) {
+    ReplayOptions o;
+    auto d = DeclaredNumerics::FromJson(
+        std::string(R"({"fp32_operands": ")") + std::string(rounding) + R"(", "ops": {"aten::mm": ["self", "mat2"]}})",
+        "numerics.json");
+    EXPECT_TRUE(d.has_value()) << d.error().ToString();
+    if (d) o.comparison.numerics = *d;
+    return o;
+  };
+  const OpCase mm = testing::MmCase(64, 256, 48);
+  auto bf16 = std::make_shared<FakeBackend>();
+  bf16->operand_mantissa_bits["aten::mm"] = 7;
+  EXPECT_EQ(RunOn(bf16, mm).outcome, Outcome::kMismatch) << "bf16 operands at fp32 precision";
+  const CaseResult declared = RunOn(bf16, mm, declare("bf16"));
+  EXPECT_EQ(declared.outcome, Outcome::kPass) << declared.error;
+  // The error against exact fp32 stays on record.
+  const auto detail = nlohmann::json::parse(declared.detail_json);
+  ASSERT_TRUE(detail.contains("declared")) << declared.detail_json;
+  EXPECT_EQ(detail["declared"]["rounded_operands"], 2);
+  EXPECT_EQ(detail["declared"]["fp32_operands"], "bf16");
+  EXPECT_GT(detail["declared"]["exact_fp32"]["max_rel_err"].get<double>(), 1e-4);
+
+  auto coarse = std::make_shared<FakeBackend>();
+  coarse->operand_mantissa_bits["aten::mm"] = 5;
+  const CaseResult worse = RunOn(coarse, mm, declare("bf16"));
+  EXPECT_EQ(worse.outcome, Outcome::kMismatch) << "coarser operands than declared";
+
+  auto tf32 = std::make_shared<FakeBackend>();
+  tf32->operand_mantissa_bits["aten::mm"] = 10;
+  EXPECT_EQ(RunOn(tf32, mm).outcome, Outcome::kMismatch);
+  EXPECT_EQ(RunOn(tf32, mm, declare("tf32")).outcome, Outcome::kPass);
+  // An op the declaration does not name is judged at fp32 as before.
+  auto bmm = std::make_shared<FakeBackend>();
+  bmm->operand_mantissa_bits["aten::bmm"] = 7;
+  const OpCase batched = MakeCase("aten::bmm", "", {TensorArg("self", DType::kFloat32, {4, 32, 128}),
+                                                    TensorArg("mat2", DType::kFloat32, {4, 128, 16})});
+  EXPECT_EQ(RunOn(bmm, batched, declare("bf16")).outcome, Outcome::kMismatch);
+}
+
+TEST(Replay, TheReferenceRoundsOnlyDeclaredReadOnlyOperandsKeepingTheirViews) {
+  // An expanded (stride 0) operand stays the view it was; tf32 keeps 10 bits.
+  const at::Tensor base = at::tensor({1.0f + 1.0f / 1024 + 1.0f / 4096, 3.0f});
+  const at::Tensor expanded = base.view({2, 1}).expand({2, 5});
+  const at::Tensor r = RoundFp32(expanded, DeclaredNumerics::Rounding::kTf32);
+  EXPECT_EQ(r.strides(), expanded.strides());
+  EXPECT_FLOAT_EQ(r[0][4].item<float>(), 1.0f + 1.0f / 1024);
+  EXPECT_FLOAT_EQ(RoundFp32(at::tensor({INFINITY}), DeclaredNumerics::Rounding::kTf32).item<float>(), INFINITY);
+  EXPECT_FLOAT_EQ(RoundFp32(base, DeclaredNumerics::Rounding::kBf16)[0].item<float>(), 1.0f);
+}
+
+TEST(DeclaredNumerics, ADeclarationThatDoesNotParseNamesTheFileAndMember) {
+  for (const auto& [text, expected] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"fp32_operands": "fp8", "ops": {"aten::mm": []}})", "n.json.fp32_operands: expected \"bf16\" or \"tf32\""},
+           {R"({"fp32_operands": "bf16", "ops": {}})", "n.json.ops: expected an object"},
+           {R"({"fp32_operands": "bf16", "ops": {"aten::mm.out": []}})", "n.json.ops.aten::mm.out: expected an op name"},
+           {R"({"fp32_operands": "bf16", "ops": {"aten::mm": "self"}})", "n.json.ops.aten::mm: expected an array"},
+           {R"({"fp32_operands": "bf16", "ops": {"aten::mm": []}, "rounding": 1})", "n.json.rounding: unknown member"},
+           {"{", "n.json: not valid JSON"}}) {
+    auto d = DeclaredNumerics::FromJson(text, "n.json");
+    ASSERT_FALSE(d.has_value()) << text;
+    EXPECT_EQ(d.error().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(d.error().message().find(expected), std::string::npos) << d.error().message();
+  }
+  auto none = DeclaredNumerics::FromJson("", "n.json");
+  ASSERT_TRUE(none.has_value());
+  EXPECT_TRUE(none->empty());
+  EXPECT_EQ(none->Summary(), "exact fp32");
+}
+
+// Note [Warm calls judged]: a kernel right on the first call and wrong on
+// the warm ones fails, flaky, with the call named; one right every time passes.
+TEST(Replay, ABackendWrongOnlyOnWarmCallsIsFlaggedWithTheCall) {
+  auto fake = std::make_shared<FakeBackend>();
+  fake->right_for_calls["aten::mul.Tensor"] = 2;
+  const CaseResult r = RunOn(fake, testing::MulCase({16, 32}));
+  EXPECT_EQ(r.outcome, Outcome::kMismatch) << r.error;
+  EXPECT_TRUE(r.flaky);
+  EXPECT_NE(r.error.find("call 3 of 4 (warm) differs from the first call"), std::string::npos) << r.error;
+  const auto detail = nlohmann::json::parse(r.detail_json);
+  EXPECT_EQ(detail["warm_changed"]["call"], 3);
+  EXPECT_NEAR(*r.max_abs_err, 0.5, 1e-6);
+  const CaseResult steady = RunOn(fake, testing::AddCase({16, 32}));
+  EXPECT_EQ(steady.outcome, Outcome::kPass) << steady.error;
+  EXPECT_FALSE(nlohmann::json::parse(steady.detail_json).contains("warm_changed"));
 }
 
 TEST(Replay, BackendExceptionBecomesErrorWithTheMessage) {

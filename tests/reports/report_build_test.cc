@@ -622,6 +622,9 @@ TEST_F(ReportBuild, StageVerdictIsFirstFailureElseSkippedElsePass) {
   EXPECT_EQ(ModelOf(r, "org/passes").stage_verdict.at("module"), Outcome::kPass);
 }
 
+// A blocker is a failing op case that failing models' items located as
+// their first wrong call; a failing case that only occurs in a failing model
+// (only_a) is among its root causes, not its blockers.
 TEST_F(ReportBuild, RootCauseAndBlockersRankedByFailingModels) {
   for (const char* m : {"org/a", "org/b", "org/ok"}) Model(m, "llama");
   const int64_t shared = Case(MmCase(1, 8, 8), {"org/a", "org/b"});
@@ -634,16 +637,24 @@ TEST_F(ReportBuild, RootCauseAndBlockersRankedByFailingModels) {
   Record("unit", only_a, Outcome::kCrash);
   Record("unit", only_ok, Outcome::kMismatch);
   Record("unit", passes, Outcome::kPass);
-  Stage("models", "org/a", "model", {{"forward", Outcome::kMismatch, 1.0}});
-  Stage("models", "org/b", "model", {{"forward", Outcome::kMismatch, 1.0}});
+  auto located = [&](const std::string& model, int64_t case_id) {
+    registry::ModelResultRecord rec;
+    rec.family = "decoder";
+    rec.result.item = "forward";
+    rec.result.outcome = Outcome::kMismatch;
+    rec.result.max_abs_err = 1.0;
+    rec.result.detail = {{"first_divergent", {{"call", 7}, {"op", "aten::mm"}, {"case_key", keys_[case_id]}}}};
+    ASSERT_TRUE(reg_->RecordModelStage("models", model, "prefill", "model", {rec}).ok());
+  };
+  located("org/a", shared);
+  located("org/b", shared);
   Stage("models", "org/ok", "model", {{"forward", Outcome::kPass, 0.0}});
   const Report r = Build({"unit", "models"});
-  ASSERT_EQ(r.blockers.size(), 2u);
+  ASSERT_EQ(r.blockers.size(), 1u);
   EXPECT_EQ(r.blockers[0].key, keys_[shared]);
   EXPECT_EQ(r.blockers[0].models, (std::vector<std::string>{"org/a", "org/b"}));
   EXPECT_EQ(r.blockers[0].op, "aten::mm");
-  EXPECT_EQ(r.blockers[1].key, keys_[only_a]);
-  EXPECT_EQ(r.blockers[1].verdict, Outcome::kCrash);
+  EXPECT_EQ(r.blockers[0].verdict, Outcome::kMismatch);
   std::vector<std::string> a_causes = {keys_[shared], keys_[only_a]};
   std::sort(a_causes.begin(), a_causes.end());
   EXPECT_EQ(ModelOf(r, "org/a").failing_cases, a_causes);

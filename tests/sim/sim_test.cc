@@ -403,6 +403,27 @@ TEST(SimReplay, Bf16MatmulNumericsMismatchOnFp32MatmulsOnly) {
   EXPECT_EQ(RunOn(addmm_only, testing::MmCase(64, 256, 32)).outcome, Outcome::kPass);
 }
 
+// sim declares what its numerics do (coverage_backend_numerics, Note
+// [Declared numerics]): judged against that declaration its bf16 matmuls
+// pass; "exact" declares nothing.
+TEST(SimReplay, SimDeclaresItsBf16MatmulsAndPassesAgainstTheDeclaration) {
+  auto sim = Sim(R"({"numerics": "bf16_matmul"})");
+  ASSERT_NE(sim, nullptr);
+  const std::string text = BackendNumericsOf(*sim);
+  auto declared = DeclaredNumerics::FromJson(text, "sim");
+  ASSERT_TRUE(declared.has_value()) << declared.error().ToString() << ": " << text;
+  ASSERT_NE(declared->OperandsOf("aten::addmm"), nullptr);
+  EXPECT_EQ(*declared->OperandsOf("aten::addmm"), (std::vector<std::string>{"mat1", "mat2"}));
+  EXPECT_EQ(declared->OperandsOf("aten::add"), nullptr);
+  ReplayOptions options;
+  options.comparison.numerics = *declared;
+  ReplayExecutor executor(sim, options);
+  const CaseResult mm = executor.Run(testing::MmCase(64, 256, 32));
+  EXPECT_EQ(mm.outcome, Outcome::kPass) << mm.error;
+  auto exact = Sim(R"({"numerics": "exact"})");
+  EXPECT_EQ(BackendNumericsOf(*exact), "");
+}
+
 TEST(SimReplay, CountersAndCompilesReachTheCaseResult) {
   auto sim = Sim(R"({"numerics": "exact", "compile_us": 20000})");
   ASSERT_NE(sim, nullptr);
