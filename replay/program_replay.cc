@@ -246,19 +246,26 @@ std::vector<ModelItemResult> ReplayModules(const Program& program, const std::ve
   try {
     Replayer replayer(program, &backend, options);
     Failure f = replayer.Prepare();
-    if (f.outcome == Outcome::kPass) f = replayer.Run(Mode::kModule, {modules.begin(), modules.end()});
-    if (f.outcome != Outcome::kPass) {
-      // A failure inside a module is that module's; any other stops them all.
+    // A failure inside a module (a call the backend cannot run, a shape it
+    // changes) is that module's, and the pass runs again without it, so one
+    // module's unsupported call does not hide the others' verdicts; any
+    // other failure stops them all.
+    std::set<std::string> running(modules.begin(), modules.end());
+    while (f.outcome == Outcome::kPass && !running.empty()) {
+      f = replayer.Run(Mode::kModule, running);
+      if (f.outcome == Outcome::kPass) break;
       const ProgramCall* call = f.call >= 0 ? &program.calls[static_cast<size_t>(f.call)] : nullptr;
       auto it = call ? std::find(modules.begin(), modules.end(), call->module) : modules.end();
-      if (it != modules.end()) {
-        Fail(items[static_cast<size_t>(it - modules.begin())], f.outcome, f.message);
-        for (auto& item : items) Fail(item, Outcome::kSkipped, "not reached: " + f.message);
-      } else {
-        fail_all(f.outcome, f.message);
-      }
+      if (it == modules.end() || !running.count(*it)) break;
+      Fail(items[static_cast<size_t>(it - modules.begin())], f.outcome, f.message);
+      running.erase(*it);
+      f = {};
+    }
+    if (f.outcome != Outcome::kPass) {
+      fail_all(f.outcome, f.message);
     } else {
       for (size_t i = 0; i < modules.size(); ++i) {
+        if (!running.count(modules[i])) continue;  // failed inside, above
         ModelItemResult& item = items[i];
         std::vector<Judged> outputs;
         for (const auto& o : replayer.judged()) {

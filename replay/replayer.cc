@@ -226,6 +226,7 @@ Failure Replayer::Run(Mode mode, const std::set<std::string>& modules) {
   }
   dev_owner_.clear();
   judged_.clear();
+  module_calls_.clear();
   normed_.clear();
   step_ = StepRecord{};
   // Note [Random calls]: the reference's draws depend on the seed only.

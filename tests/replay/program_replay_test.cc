@@ -224,6 +224,23 @@ TEST(ProgramReplay, AFailingModuleNamesItsFirstWrongCall) {
   EXPECT_FALSE(items[1].detail.contains("first_divergent"));
 }
 
+// A call a module cannot run on the backend is that module's verdict; the
+// other modules are still judged (the pass runs again without it), not "not
+// reached".
+TEST(ProgramReplay, AModuleThatCannotRunDoesNotHideTheOthers) {
+  FakeBackend backend;
+  backend.unsupported.insert("aten::silu");
+  const auto items = replay::ReplayModules(Prefill(), {"model.layers.0.mlp.act_fn", "model.layers.0.self_attn", "lm_head"},
+                                           backend, ProgramReplayOptions{});
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0].outcome, Outcome::kUnsupported) << items[0].error;
+  EXPECT_NE(items[0].error.find("aten::silu"), std::string::npos) << items[0].error;
+  for (size_t i : {1u, 2u}) {
+    EXPECT_EQ(items[i].outcome, Outcome::kPass) << items[i].item << ": " << items[i].error;
+    EXPECT_GT(items[i].detail["calls"].get<int64_t>(), 0) << items[i].item;
+  }
+}
+
 TEST(ProgramReplay, TrainingStepsPassOnACorrectBackendAndTheLossMoves) {
   FakeBackend backend;
   ProgramReplayOptions o;
