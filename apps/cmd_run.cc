@@ -36,11 +36,7 @@ int RunStage(const GlobalOptions& global, const RunFlags& flags) {
   if (!comparison) return ReportError(comparison.error());
   auto numerics = ResolveNumerics(global, flags);
   if (!numerics) return ReportError(numerics.error().WithContext("--numerics"));
-  if (numerics->source != isolation::WorkerSetup::kAskBackend) {
-    auto declared = replay::DeclaredNumerics::FromJson(numerics->text, numerics->source);
-    if (!declared) return ReportError(declared.error().WithContext("--numerics"));
-    comparison->numerics = std::move(*declared);
-  }
+  comparison->numerics = numerics->declared;
   const RunContext context{.global = global,
                            .flags = flags,
                            .backends = backends,

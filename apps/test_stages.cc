@@ -184,7 +184,7 @@ isolation::WorkerSetup BaseWorkerSetup(const RunContext& context) {
 }
 
 Result<NumericsChoice> ResolveNumerics(const GlobalOptions& global, const RunFlags& flags) {
-  if (flags.numerics == "none") return NumericsChoice{"", "none"};
+  if (flags.numerics == "none") return NumericsChoice{"", "none", {}};
   std::string path = flags.numerics;
   if (path.empty()) {
     // A backend name that is not a plain file name ("privateuse1:/path/x.so") has no file.
@@ -194,13 +194,13 @@ Result<NumericsChoice> ResolveNumerics(const GlobalOptions& global, const RunFla
                        flags.backend[0] != '.';
     const std::string candidate = global.home + "/configs/numerics/" + flags.backend + ".json";
     if (!plain || !std::filesystem::exists(candidate)) {
-      return NumericsChoice{"", std::string(isolation::WorkerSetup::kAskBackend)};
+      return NumericsChoice{"", std::string(isolation::WorkerSetup::kAskBackend), {}};
     }
     path = candidate;
   }
   COV_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  COV_RETURN_IF_ERROR(replay::DeclaredNumerics::FromJson(text, path).error());
-  return NumericsChoice{std::move(text), std::move(path)};
+  COV_ASSIGN_OR_RETURN(replay::DeclaredNumerics declared, replay::DeclaredNumerics::FromJson(text, path));
+  return NumericsChoice{std::move(text), std::move(path), std::move(declared)};
 }
 
 nlohmann::json NumericsRecord(const RunContext& context, const std::string& declared) {

@@ -202,6 +202,7 @@ isolation::WorkerSetup BaseWorkerSetup(const RunContext& context);
 // source WorkerSetup::kAskBackend). A file is checked here; errors name it.
 struct NumericsChoice {
   std::string text, source;
+  replay::DeclaredNumerics declared;  // parsed (empty for "none" and for the backend's own, read later)
 };
 Result<NumericsChoice> ResolveNumerics(const GlobalOptions& global, const RunFlags& flags);
 // What a run's config records of the numerics it is judged under (`declared`:
