@@ -214,6 +214,13 @@ nlohmann::json ProgramStages::Answer(WorkerState& worker, const nlohmann::json& 
   if (!program) return {{"error", "model request: " + program.error().message()}};
   replay::ProgramReplayOptions options;
   options.check = worker.setup.checks;
+  if (auto skip = m.find("skip_modules"); skip != m.end()) {  // Note [A module that kills its worker]
+    if (!skip->is_array()) return {{"error", "model request: 'skip_modules' must be an array of module paths"}};
+    for (const auto& module : *skip) {
+      if (!module.is_string()) return {{"error", "model request: 'skip_modules' must be an array of module paths"}};
+      options.skip_modules.insert(module.get<std::string>());
+    }
+  }
   // Note [Where a worker died]: where it is, before each backend call.
   options.before_backend_call = [](const ProgramCall& call) {
     const std::string line = std::string(isolation::kProgressPrefix) +

@@ -368,10 +368,47 @@ std::vector<ModelItemResult> IsolatedModelStageRunner::RunOnce(const std::string
   return fail(Outcome::kError, harness_.message(), json::object());
 }
 
+// Note [A module that kills its worker]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The module stage judges every module of a model in one worker request.
+// When the backend crashes or hangs in one module's call, the worker cannot
+// answer for any of them; the progress line names the call and its module
+// (Note [Where a worker died]). That module gets the crash (or timeout) as
+// its own item, and the stage runs again without it ("skip_modules"), so
+// the other modules are still judged. Each module that kills a worker costs
+// one more request, at most kMaxModulesKilled of them.
+constexpr size_t kMaxModulesKilled = 16;
+
 std::vector<ModelItemResult> IsolatedModelStageRunner::Run(const std::string& stage, const std::string& model_id,
                                                            const std::string& profile, const Program& /*program*/) {
-  const std::string request =
-      DumpJson(json{{"model", {{"stage", stage}, {"model_id", model_id}, {"profile", profile}}}});
+  std::vector<ModelItemResult> killed;
+  std::vector<std::string> skip;
+  for (;;) {
+    json body = {{"stage", stage}, {"model_id", model_id}, {"profile", profile}};
+    if (!skip.empty()) body["skip_modules"] = skip;
+    std::vector<ModelItemResult> items = RunWithReruns(DumpJson(json{{"model", std::move(body)}}), stage);
+    std::string module;
+    if (stage == "module" && harness_.ok() && items.size() == 1 && items[0].item == "*" &&
+        (items[0].outcome == Outcome::kCrash || items[0].outcome == Outcome::kTimeout)) {
+      const json& d = items[0].detail;
+      if (d.contains("worker") && d["worker"].is_object() && d["worker"].contains("in_call") &&
+          d["worker"]["in_call"].is_object() && d["worker"]["in_call"].contains("module") &&
+          d["worker"]["in_call"]["module"].is_string()) {
+        module = d["worker"]["in_call"]["module"].get<std::string>();
+      }
+    }
+    if (module.empty() || std::find(skip.begin(), skip.end(), module) != skip.end() || skip.size() >= kMaxModulesKilled) {
+      items.insert(items.end(), std::make_move_iterator(killed.begin()), std::make_move_iterator(killed.end()));
+      return items;
+    }
+    items[0].item = module;
+    killed.push_back(std::move(items[0]));
+    skip.push_back(module);
+  }
+}
+
+std::vector<ModelItemResult> IsolatedModelStageRunner::RunWithReruns(const std::string& request,
+                                                                     const std::string& stage) {
   auto worst = [](const std::vector<ModelItemResult>& items) {
     for (const auto& i : items) {
       if (IsUnexpectedFailure(i.outcome)) return i.outcome;

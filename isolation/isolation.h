@@ -181,6 +181,9 @@ class IsolatedModelStageRunner final : public ProgramStageRunner {
 
  private:
   std::vector<ModelItemResult> RunOnce(const std::string& request, const std::string& stage, int attempt);
+  // RunOnce, rerun on a crash or timeout (and value failures where the
+  // policy says so), the attempts recorded in the first attempt's items.
+  std::vector<ModelItemResult> RunWithReruns(const std::string& request, const std::string& stage);
   WorkerPool pool_;
   Status harness_;
 };

@@ -21,9 +21,7 @@ json WorkerSetup::ToJson() const {
               {"seed", seed},
               {"checks",
                {{"seed", c.seed}, {"min_cosine", c.min_cosine}, {"top_k", c.top_k},
-                {"min_topk_agreement", c.min_topk_agreement}, {"train_steps", c.train_steps},
-                {"loss_rtol", c.loss_rtol}, {"grad_norm_rtol", c.grad_norm_rtol},
-                {"param_update_rtol", c.param_update_rtol}}}};
+                {"min_topk_agreement", c.min_topk_agreement}, {"train_steps", c.train_steps}}}};
 }
 
 Result<WorkerSetup> WorkerSetup::FromJson(const json& j) {
@@ -49,9 +47,6 @@ Result<WorkerSetup> WorkerSetup::FromJson(const json& j) {
   COV_RETURN_IF_ERROR(c.Int("top_k", &o.top_k));
   COV_RETURN_IF_ERROR(c.Double("min_topk_agreement", &o.min_topk_agreement));
   COV_RETURN_IF_ERROR(c.Int("train_steps", &o.train_steps));
-  COV_RETURN_IF_ERROR(c.Double("loss_rtol", &o.loss_rtol));
-  COV_RETURN_IF_ERROR(c.Double("grad_norm_rtol", &o.grad_norm_rtol));
-  COV_RETURN_IF_ERROR(c.Double("param_update_rtol", &o.param_update_rtol));
   o.golden = s.golden;
   COV_ASSIGN_OR_RETURN(s.checks.comparison, replay::ComparisonOptions::FromJson(s.tolerances_json, s.tolerances_source));
   COV_RETURN_IF_ERROR(f.String("numerics_json", &s.numerics_json));

@@ -2,7 +2,7 @@
 // they are judged with and the item each check yields. Program replay
 // (program_replay.h) produces them; the stage loop (stages/model_stage.h)
 // stores them; worker processes (isolation/isolation.h) send them as JSON.
-// The rules are Note [Model verdicts] and Note [Reproducible training] in
+// The rules are Note [Model verdicts] and Note [Training verdicts] in
 // model_check.cc.
 //
 // Torch-free.
@@ -31,12 +31,8 @@ struct ModelCheckOptions {
   int64_t top_k = 5;                         // language models: the backend's top-1 token
   double min_topk_agreement = 0.99;          //   must be in the reference's top-k at this share of positions
   // Training: the captured step (forward, loss, backward, optimizer) replayed
-  // this many times, parameters carried over.
+  // this many times, parameters carried over (Note [Training verdicts]).
   int train_steps = 3;
-  double loss_rtol = 1e-3;                   // per step, relative to the reference loss (fp32;
-                                             // 16-bit profiles use 10x)
-  double grad_norm_rtol = 1e-3;              // each parameter's gradient norm, every step (likewise)
-  double param_update_rtol = 0.05;           // ||p_backend - p_ref|| / ||p_ref - p_initial|| after the last step
 };
 
 }  // namespace coverage::replay

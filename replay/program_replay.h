@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@ struct ProgramReplayOptions {
   // Called before each call runs on the backend (a worker says where it is:
   // Note [Where a worker died] in isolation/isolation.cc).
   std::function<void(const ProgramCall&)> before_backend_call;
+  // The module stage leaves these modules out (each killed a worker: Note
+  // [A module that kills its worker] in isolation/isolation.cc).
+  std::set<std::string> skip_modules;
 };
 
 // The whole program free-running on the backend (backend outputs feed later
@@ -55,7 +59,7 @@ ModelItemResult ReplayModule(const Program& program, const std::string& module, 
 
 // The training program (forward, loss, backward, optimizer) replayed
 // options.check.train_steps times, parameters carried over, judged as the
-// train stage judges (Note [Model verdicts], Note [Reproducible training]):
+// train stage judges (Note [Model verdicts], Note [Training verdicts]):
 // each step's loss, each gradient's norm, and the parameters after the last
 // step against how far the reference's moved. The item is "train".
 ModelItemResult ReplayTraining(const Program& program, Backend& backend, const ProgramReplayOptions& options);

@@ -78,7 +78,7 @@ uint64_t Hash(std::string_view text, uint64_t seed) {
 }
 
 bool IsScalarTypeArg(const c10::Argument& a) {
-  c10::TypePtr t = a.type();
+  c10::TypePtr t = a.real_type();  // type() is the schema's stand-in (int)
   if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
   return t->kind() == c10::TypeKind::ScalarTypeType;
 }
@@ -250,11 +250,11 @@ int64_t Replayer::module_calls(const std::string& module) const {
   return it == module_calls_.end() ? 0 : it->second;
 }
 
-void Replayer::CarryParameters() {
+void Replayer::CarryParameters(bool keep_initial) {
   for (const auto& v : program_.values) {
     if (v.kind == "parameter" || v.kind == "buffer") carried_.insert(v.id);
   }
-  record_initial_ = true;
+  record_initial_ = keep_initial;
 }
 
 std::vector<Replayer::ParameterState> Replayer::Parameters() const {
@@ -264,8 +264,9 @@ std::vector<Replayer::ParameterState> Replayer::Parameters() const {
     auto i = initial_.find(v.id);
     auto r = ref_.find(v.id);
     auto d = dev_.find(v.id);
-    if (i == initial_.end() || r == ref_.end() || d == dev_.end()) continue;
-    out.push_back({v.name, i->second, r->second, d->second.to(c10::kCPU)});
+    if ((record_initial_ && i == initial_.end()) || r == ref_.end()) continue;
+    out.push_back({v.name, i == initial_.end() ? at::Tensor() : i->second, r->second,
+                   d == dev_.end() ? at::Tensor() : d->second.to(c10::kCPU)});
   }
   return out;
 }
@@ -627,18 +628,18 @@ void Replayer::RecordTraining(const ProgramCall& call) {
       if (id != loss_id_) continue;
       auto r = ref_.find(id);
       auto d = dev_.find(id);
-      if (r == ref_.end() || d == dev_.end() || r->second.dim() != 0 || !r->second.is_floating_point()) continue;
+      if (r == ref_.end() || r->second.dim() != 0 || !r->second.is_floating_point()) continue;
       step_.ref_loss = r->second.item<double>();
-      step_.dev_loss = d->second.to(c10::kCPU).item<double>();
+      if (d != dev_.end()) step_.dev_loss = d->second.to(c10::kCPU).item<double>();
     }
   } else if (call.phase == "optimizer") {
     for (int64_t id : call.inputs) {
       if (!grads_.count(id) || !normed_.insert(id).second) continue;
       auto r = ref_.find(id);
       auto d = dev_.find(id);
-      if (r == ref_.end() || d == dev_.end()) continue;
+      if (r == ref_.end() || (mode_ != Mode::kGolden && d == dev_.end())) continue;
       step_.ref_grad_norms.push_back(r->second.to(at::kDouble).norm().item<double>());
-      step_.dev_grad_norms.push_back(d->second.to(c10::kCPU).to(at::kDouble).norm().item<double>());
+      if (d != dev_.end()) step_.dev_grad_norms.push_back(d->second.to(c10::kCPU).to(at::kDouble).norm().item<double>());
     }
   }
 }
@@ -709,8 +710,11 @@ Failure Replayer::Step(const ProgramCall& call) {
       Put(dev_, id, b);
       if (mode_ == Mode::kModule) dev_owner_[id] = call.module;
       if (!ReadLater(id, call.index) && !carried_.count(id)) {
+        const int64_t first = call.outputs.front();
+        const bool by_product = k > 0 && first >= 0 && (ReadLater(first, call.index) || carried_.count(first));
         judged_.push_back({id, call.index, b.to(c10::kCPU), r, Qualified(call), call.phase,
-                           options_.check.comparison.ValuesCompared(*call.op_case, k), mode_ == Mode::kModule ? call.module : ""});
+                           options_.check.comparison.ValuesCompared(*call.op_case, k),
+                           mode_ == Mode::kModule ? call.module : "", by_product});
       }
     }
     if (!carried_.empty()) RecordTraining(call);
@@ -760,6 +764,7 @@ Failure Replayer::Step(const ProgramCall& call) {
           golden_[id] = want[k].toTensor();
         }
       }
+      if (!carried_.empty()) RecordTraining(call);  // the golden step (Note [Training verdicts])
     }
   }
   Release(call);

@@ -54,6 +54,9 @@ struct Judged {
   std::string phase;
   bool meaningful = true;
   std::string module;             // kModule: the module whose output it is
+  // A secondary output nothing reads, of a call whose first output is read
+  // on (a layer norm's saved mean and rstd in inference): Note [By-products].
+  bool by_product = false;
 };
 
 // What a training pass records (Note [Program replay], train).
@@ -94,9 +97,12 @@ class Replayer {
   // Training: parameters and buffers keep their values from pass to pass
   // (the optimizer updates them in place); their first values are kept on
   // CPU for the update check.
-  void CarryParameters();
+  // `keep_initial`: keep the first values too (the golden of a training
+  // run leaves them out: they are the backend run's, Note [Training verdicts]).
+  void CarryParameters(bool keep_initial = true);
   const StepRecord& step() const { return step_; }
-  // Parameters now and at the start, reference and backend, on CPU.
+  // Parameters now and at the start, reference and backend (undefined in
+  // kGolden, where the reference is the fp64 golden), on CPU.
   struct ParameterState {
     std::string name;
     at::Tensor initial, ref, dev;

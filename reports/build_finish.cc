@@ -194,7 +194,11 @@ using build::Fails;
 // dtypes, the group's worst error ratio against the fp64 golden beside it
 // (how much worse than the CPU's own rounding the backend is); models list
 // their earliest failing stage item with the call the replay first went
-// wrong at, whose op case is in the case table.
+// wrong at, whose op case is in the case table, or the call a crashed or
+// hung worker was in, or in words why no call is named (every call was
+// within its tolerance and the error accumulated; the search stopped).
+// What answered differently when run again (a rerun, a warm call) is listed
+// as flaky beside the counts.
 void FindBroken(Report& r) {
   r.broken_ops.clear();
   r.broken_models.clear();
@@ -249,6 +253,7 @@ void FindBroken(Report& r) {
     b.error = record.result.error;
     b.verdict = *first->verdict;
     b.first_divergent = first->first_divergent;
+    b.locate_note = first->locate_note;
     b.error_ratio = record.result.error_ratio;
     b.is_new = first->change == Change::kNewFailure;
     r.broken_models.push_back(std::move(b));

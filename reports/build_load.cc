@@ -51,9 +51,16 @@ CaseEntry FromRow(const std::string& run_id, registry::CaseResultRow row) {
 }  // namespace
 
 std::optional<FirstDivergent> ReadFirstDivergent(const nlohmann::json& j) {
-  if (!j.is_object() || !j.contains("first_divergent") || !j["first_divergent"].is_object()) return std::nullopt;
-  const auto& d = j["first_divergent"];
+  if (!j.is_object()) return std::nullopt;
+  const bool located = j.contains("first_divergent") && j["first_divergent"].is_object();
+  // A worker that died names the call it was in (Note [Where a worker died]).
+  static const nlohmann::json kNone;
+  const nlohmann::json& worker = j.contains("worker") && j["worker"].is_object() ? j["worker"] : kNone;
+  const bool died = !located && worker.contains("in_call") && worker["in_call"].is_object();
+  if (!located && !died) return std::nullopt;
+  const auto& d = located ? j["first_divergent"] : worker["in_call"];
   FirstDivergent f;
+  f.died_in = died;
   auto text = [&](const char* k) { return d.contains(k) && d[k].is_string() ? d[k].get<std::string>() : ""; };
   auto number = [&](const char* k) -> std::optional<double> {
     if (d.contains(k) && d[k].is_number()) return d[k].get<double>();
@@ -69,6 +76,12 @@ std::optional<FirstDivergent> ReadFirstDivergent(const nlohmann::json& j) {
   f.max_abs_err = number("max_abs_err");
   f.error_ratio = number("error_ratio");
   return f;
+}
+
+std::string ReadLocateNote(const nlohmann::json& j) {
+  if (!j.is_object()) return "";
+  if (auto it = j.find("first_divergent_note"); it != j.end() && it->is_string()) return it->get<std::string>();
+  return "";
 }
 
 Result<RunInfo> LoadRun(Registry& registry, const std::string& run_id) {

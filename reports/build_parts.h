@@ -119,8 +119,12 @@ Result<ItemMap> LoadItems(registry::Registry& registry, const std::string& run_i
                           std::map<std::string, std::string>* families);
 
 // The "first_divergent" object of a model result's detail (written by
-// replay/program_replay.cc); none when absent or not readable.
+// replay/program_replay.cc), else the call a worker died in ("in_call",
+// written by isolation/isolation.cc); none when absent or not readable.
 std::optional<FirstDivergent> ReadFirstDivergent(const nlohmann::json& detail);
+// Why a failing item names no call, in words: the search's note ("every call
+// is within its tolerance ...: the error accumulated"), or "" when it has none.
+std::string ReadLocateNote(const nlohmann::json& detail);
 
 // ---- the builder -----------------------------------------------------------------
 

@@ -103,6 +103,7 @@ Status Builder::AddModelRun(const RunInfo& run, const std::optional<RunInfo>& ba
     item.result = std::move(now.at(key));
     const registry::ModelResultRecord& result = *item.result;
     item.first_divergent = ReadFirstDivergent(result.result.detail);
+    item.locate_note = ReadLocateNote(result.result.detail);
     const Judged j = JudgeItem(result, true);
     item.verdict = j.verdict;
     if (j.expectation) item.expectation = j.expectation->reason;

@@ -25,6 +25,31 @@ void WriteRepro(Out& out, std::string_view repro) {
   Put(out, "<code class=\"repro\">{}</code> <button type=\"button\" class=\"copy\">Copy</button>", E(repro));
 }
 
+// Flaky: what answered differently when it ran again (a rerun, or a warm
+// call; Note [Warm calls judged]), named with its op or call.
+void WriteFlaky(Out& out, const Report& report) {
+  std::vector<std::string> names;
+  int64_t cases = 0, items = 0;
+  for (const CaseEntry& c : report.cases) {
+    if (c.change == Change::kRemoved || !c.result || !c.result->flaky) continue;
+    ++cases;
+    if (names.size() < 8) names.push_back(CaseLink(c.key, c.op));
+  }
+  for (const ModelEntry& model : report.models) {
+    for (const ModelItemEntry& item : model.items) {
+      if (!item.result || !item.result->result.flaky) continue;
+      ++items;
+      if (names.size() < 8) names.push_back(fmt::format("<code>{}</code> {}:{}", E(model.model_id), E(item.result->stage),
+                                                        E(item.result->result.item)));
+    }
+  }
+  if (cases + items == 0) return;
+  Put(out,
+      "<p class=\"flaky-summary\"><span class=\"badge v-flaky\">flaky</span> {} op cases and {} model items "
+      "answered differently when run again: {}{}.</p>\n",
+      cases, items, Join(names, ", "), cases + items > static_cast<int64_t>(names.size()) ? ", ..." : "");
+}
+
 }  // namespace
 
 void WriteBroken(Out& out, const Report& report) {
@@ -33,12 +58,15 @@ void WriteBroken(Out& out, const Report& report) {
   for (const BrokenOp& b : report.broken_ops) failing_cases += b.cases;
   if (report.broken_ops.empty() && report.broken_models.empty()) {
     out += "<p class=\"empty\">Nothing fails unexpectedly: every judged op case and model passes or fails as "
-           "expected.</p>\n</section>\n";
+           "expected.</p>\n";
+    WriteFlaky(out, report);
+    out += "</section>\n";
     return;
   }
   Put(out, "<p class=\"lede\">{} op cases of {} op and dtype groups and {} models fail now{}.</p>\n", failing_cases,
       report.broken_ops.size(), report.broken_models.size(),
       report.baselines.empty() ? " (first run: no baseline, so nothing is marked new)" : "");
+  WriteFlaky(out, report);
   if (!report.broken_ops.empty()) {
     out +=
         "<h3>Op cases, by op and dtype</h3>\n<table id=\"broken-ops\"><thead><tr><th>Op</th><th>Dtypes</th>"
@@ -75,11 +103,15 @@ void WriteBroken(Out& out, const Report& report) {
     size_t rows = 0;
     for (const BrokenModel& m : report.broken_models) {
       if (rows++ == kMaxRegressionRows) break;
-      std::string divergent = "<span class=\"empty\">not located</span>";
+      // Note [What is broken]: the call, or in words why none is named.
+      std::string divergent = fmt::format(
+          "<span class=\"empty\">{}</span>",
+          E(m.locate_note.empty() ? "no call named: the stage does not search for one (see the error)" : m.locate_note));
       if (m.first_divergent) {
         const FirstDivergent& d = *m.first_divergent;
-        divergent = fmt::format("call {} <code>{}</code> in <code>{}</code> ({}){}", d.call, E(d.op), E(d.module),
-                                E(d.phase), d.error_ratio ? fmt::format(", error ratio {:.3g}", *d.error_ratio) : "");
+        divergent = fmt::format("{}call {} <code>{}</code> in <code>{}</code> ({}){}", d.died_in ? "died in " : "",
+                                d.call, E(d.op), E(d.module), E(d.phase),
+                                d.error_ratio ? fmt::format(", error ratio {:.3g}", *d.error_ratio) : "");
         if (!d.case_key.empty()) divergent += " " + CaseLink(d.case_key, "op case");
       }
       Put(out,

@@ -125,7 +125,8 @@ std::string ReportToJson(const Report& report) {
     if (m.first_divergent) {
       const FirstDivergent& d = *m.first_divergent;
       divergent = {{"call", d.call},     {"op", d.op},       {"case_key", d.case_key},
-                   {"module", d.module}, {"phase", d.phase}, {"error_ratio", Optional(d.error_ratio)}};
+                   {"module", d.module}, {"phase", d.phase}, {"error_ratio", Optional(d.error_ratio)},
+                   {"died_in", d.died_in}};
     }
     j["broken_models"].push_back({{"model", m.model_id},
                                   {"family", m.family},
@@ -134,6 +135,7 @@ std::string ReportToJson(const Report& report) {
                                   {"verdict", OutcomeName(m.verdict)},
                                   {"new", m.is_new},
                                   {"first_divergent", std::move(divergent)},
+                                  {"locate_note", m.locate_note},
                                   {"error", m.error}});
   }
 

@@ -126,6 +126,9 @@ struct FirstDivergent {
   int64_t call = -1;
   std::string op, case_key, module, phase, outcome, message;
   std::optional<double> max_abs_err, error_ratio;
+  // The call a crashed or hung worker was in (detail "in_call", Note [Where
+  // a worker died]), not a call judged wrong.
+  bool died_in = false;
 };
 
 // One item of a model-level stage (module kind, "forward", "train", "*"): the
@@ -139,6 +142,7 @@ struct ModelItemEntry {
   std::string change_detail;
   // From the result's detail_json: failing items whose first wrong call was found.
   std::optional<FirstDivergent> first_divergent;
+  std::string locate_note;  // why no call is named, in words (ReadLocateNote)
 
   // What names the item (run, stage, item, profile), its error and figures:
   // the result, else the baseline's record (a removed item). An entry has at
@@ -183,6 +187,7 @@ struct BrokenModel {
   std::string model_id, family, stage, item, profile, error;
   Outcome verdict = Outcome::kMismatch;
   std::optional<FirstDivergent> first_divergent;
+  std::string locate_note;  // why no call is named, in words
   std::optional<double> error_ratio;
   bool is_new = false;  // a new failure since the baseline
 };

@@ -9,7 +9,9 @@
 #   4. `coverage capture --selection` traces them with transformers under the
 #      main job's short profiles (configs/main_profiles.json);
 #   5. `coverage nightly` on the simulated accelerator `sim` ($COVERAGE_BACKEND
-#      picks another): the unit, module, model and train stages, then the
+#      picks another) configured by configs/sim_main.json (bf16 matmul
+#      operands, declared, and three faults; $COVERAGE_SIM_CONFIG picks
+#      another): the unit, module, model and train stages, then the
 #      report against the previous main job.
 #
 # Every step resumes: rerun after Ctrl-C and finished work is kept (the crawl
@@ -116,6 +118,9 @@ else
   echo "$run_id" >"$id_file"
 fi
 set +e
+# sim as the main job runs it: its numerics and three realistic faults
+# (configs/sim_main.json says which and why).
+export COVERAGE_SIM_CONFIG=${COVERAGE_SIM_CONFIG:-$ROOT/configs/sim_main.json}
 "${B[@]}" nightly --config "$NIGHTLY" --run-id "$run_id" --backend "${COVERAGE_BACKEND:-sim}" "$@" | tee "$OUT/nightly.log"
 rc=${PIPESTATUS[0]}
 set -e

@@ -124,6 +124,18 @@ JSON
   check "the train stage ran after it in a fresh worker" test "$(sqlite3 "$MDB" \
     "SELECT outcome FROM model_results WHERE run_id = 'crash' AND stage = 'train'")" = "crash"
   check "the workers are counted" grep -q "crashed" "$TMP/crash.out"
+  # Note [A module that kills its worker]: a crash in one module's call is
+  # that module's item, and the stage runs again without it for the others.
+  COVERAGE_SIM_CONFIG="$TMP/exact.json" COVERAGE_SIM_FAULTS='[{"op": "aten::relu", "fault": "crash"}]' \
+    "$BIN" -q --registry "$MDB" run --stage=module --backend sim --profiles "$TMP/mprofiles.json" \
+    --model 'qgallouedec/*' --run mcrash --reruns 0 >"$TMP/mcrash.out" 2>&1
+  check "a crashing module fails the run" test $? -eq 1
+  check "the module that crashed is an item of its own, named at its call" test "$(sqlite3 "$MDB" \
+    "SELECT COUNT(*) FROM model_results WHERE run_id = 'mcrash' AND stage = 'module' AND outcome = 'crash'
+       AND item <> '*' AND item = json_extract(detail_json, '$.worker.in_call.module')
+       AND json_extract(detail_json, '$.worker.in_call.op') LIKE 'aten::relu%'")" -eq 1 || cat "$TMP/mcrash.out" >&2
+  check "the other modules are judged" test "$(sqlite3 "$MDB" \
+    "SELECT COUNT(*) FROM model_results WHERE run_id = 'mcrash' AND stage = 'module' AND outcome = 'pass'")" -ge 3
 fi
 
 echo "sim cli: $pass passed, $fail failed"

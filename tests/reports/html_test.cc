@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "reports/build_parts.h"
 #include "reports/escape.h"
 #include "reports/report.h"
 #include "tests/reports/report_fixture.h"
@@ -267,6 +268,51 @@ TEST(HtmlReport, WhatIsBrokenComesFirstGroupedByOpAndDtype) {
   EXPECT_NE(section.find("href=\"#case-filter=k-mm\""), std::string::npos);  // worst case, and the divergent call's
   EXPECT_NE(section.find("model.layers.0.mlp.down_proj"), std::string::npos);
   EXPECT_NE(section.find("href=\"#case-filter=aten::mm\""), std::string::npos);
+}
+
+// Note [What is broken]: a failing model names its call, the call its
+// worker died in, or in words why it names none; what answered differently
+// when run again is listed as flaky at the top.
+TEST(HtmlReport, WhatIsBrokenNamesEveryCallOrSaysWhyNotAndListsFlakiness) {
+  const nlohmann::json located = {{"first_divergent", {{"call", 7}, {"op", "aten::mm"}, {"module", "lm_head"}}},
+                                  {"worker", {{"in_call", {{"call", 9}}}}}};
+  ASSERT_TRUE(build::ReadFirstDivergent(located).has_value());
+  EXPECT_EQ(build::ReadFirstDivergent(located)->call, 7);
+  EXPECT_FALSE(build::ReadFirstDivergent(located)->died_in);
+  const nlohmann::json died = {{"worker", {{"in_call", {{"call", 41}, {"op", "aten::topk"}, {"module", "mlp.gate"},
+                                                        {"phase", "forward"}}}}}};
+  ASSERT_TRUE(build::ReadFirstDivergent(died).has_value());
+  EXPECT_TRUE(build::ReadFirstDivergent(died)->died_in);
+  EXPECT_EQ(build::ReadFirstDivergent(died)->op, "aten::topk");
+  EXPECT_FALSE(build::ReadFirstDivergent({{"first_divergent_note", "every call ..."}}).has_value());
+  EXPECT_EQ(build::ReadLocateNote({{"first_divergent_note", "every call is within its tolerance"}}),
+            "every call is within its tolerance");
+
+  Report report = testing::SmallReport();
+  ASSERT_EQ(report.broken_models.size(), 2u);
+  BrokenModel* other = report.broken_models[0].model_id == "Qwen/Qwen3-0.6B" ? &report.broken_models[1]
+                                                                            : &report.broken_models[0];
+  other->first_divergent.reset();
+  other->locate_note = "every call is within its tolerance given the reference's inputs: the error accumulated";
+  BrokenModel crashed = *other;
+  crashed.model_id = "t/crashed";
+  crashed.first_divergent = build::ReadFirstDivergent(died);
+  report.broken_models.push_back(crashed);
+  std::string html = ReportToHtml(report);
+  size_t broken = html.find("<section id=\"broken\">");
+  std::string section = html.substr(broken, html.find("</section>", broken) - broken);
+  EXPECT_NE(section.find("the error accumulated"), std::string::npos);
+  EXPECT_NE(section.find("died in call 41 <code>aten::topk</code>"), std::string::npos);
+  EXPECT_EQ(section.find("flaky"), std::string::npos);
+
+  ASSERT_TRUE(report.cases[0].result.has_value());
+  report.cases[0].result->flaky = true;
+  html = ReportToHtml(report);
+  broken = html.find("<section id=\"broken\">");
+  section = html.substr(broken, html.find("</section>", broken) - broken);
+  EXPECT_NE(section.find("1 op cases and 0 model items answered differently when run again"), std::string::npos)
+      << section;
+  EXPECT_NE(section.find(EscapeHtml(report.cases[0].op)), std::string::npos);
 }
 
 TEST(HtmlReport, AFirstRunSaysSoInsteadOfNoRegressions) {

@@ -31,6 +31,11 @@ class FakeBackend final : public backends::Backend {
   // Right for this many executions of the op, then outputs += 0.5 (a kernel
   // that goes wrong on warm calls).
   std::map<std::string, int> right_for_calls;
+  std::map<std::string, double> scale_outputs;  // floating outputs *= factor (a relative error)
+  // An in-place op that does nothing when one of its scalar arguments is
+  // this value (an AdamW step without its weight decay: the foreach mul by
+  // 1 - lr * weight_decay skipped).
+  std::map<std::string, double> skip_when_scalar;
   std::map<std::string, int> executions_of;
   int executions = 0;
 
@@ -69,6 +74,15 @@ class FakeBackend final : public backends::Backend {
         }
       }
     }
+    if (has(skip_when_scalar)) {
+      const double value = skip_when_scalar.count(qualified) ? skip_when_scalar.at(qualified) : skip_when_scalar.at(bare);
+      for (const auto& v : *stack) {
+        if (v.isDouble() && v.toDouble() == value) {
+          stack->clear();  // the in-place foreach ops return nothing
+          return;
+        }
+      }
+    }
     if (has(operand_mantissa_bits)) {
       const int bits = operand_mantissa_bits.count(qualified) ? operand_mantissa_bits.at(qualified)
                                                               : operand_mantissa_bits.at(bare);
@@ -86,6 +100,9 @@ class FakeBackend final : public backends::Backend {
           nth > (right_for_calls.count(qualified) ? right_for_calls.at(qualified) : right_for_calls.at(bare))) {
         v = t + 0.5;
         continue;
+      }
+      if (has(scale_outputs) && t.is_floating_point()) {
+        v = t * (scale_outputs.count(qualified) ? scale_outputs.at(qualified) : scale_outputs.at(bare));
       }
       if (has(add_offset) && t.is_floating_point()) {
         double off = add_offset.count(qualified) ? add_offset.at(qualified) : add_offset.at(bare);
