@@ -97,7 +97,7 @@ std::string ParseRules(const json& j, const std::string& source, std::vector<Fau
 std::vector<std::string> Config::DefaultBf16Ops() {
   return {"aten::mm",     "aten::addmm",  "aten::bmm",    "aten::baddbmm", "aten::addbmm",
           "aten::matmul", "aten::addmv",  "aten::mv",     "aten::dot",     "aten::convolution",
-          "aten::_convolution", "aten::convolution_overrideable"};
+          "aten::_convolution", "aten::convolution_overrideable", "aten::_grouped_mm"};
 }
 
 // "" and *out parsed, or nlohmann's reason with its line and column

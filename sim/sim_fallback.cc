@@ -290,7 +290,8 @@ std::vector<std::string> RoundedOperands(const std::string& bare) {
       {"aten::addbmm", {"batch1", "batch2"}}, {"aten::matmul", {"self", "other"}},
       {"aten::addmv", {"mat", "vec"}},       {"aten::mv", {"self", "vec"}},
       {"aten::dot", {"self", "tensor"}},     {"aten::convolution", {"input", "weight"}},
-      {"aten::_convolution", {"input", "weight"}}, {"aten::convolution_overrideable", {"input", "weight"}}};
+      {"aten::_convolution", {"input", "weight"}}, {"aten::convolution_overrideable", {"input", "weight"}},
+      {"aten::_grouped_mm", {"self", "mat2"}}};
   auto it = kOperands.find(bare);
   return it == kOperands.end() ? std::vector<std::string>{} : it->second;
 }
