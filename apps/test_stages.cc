@@ -115,6 +115,7 @@ Result<isolation::IsolationOptions> MakeIsolation(const GlobalOptions& global, c
   }
   if (flags.reruns) options.policy.reruns = *flags.reruns;
   options.spawn.args = {"--home", global.home, "--quiet", "--threads", std::to_string(global.threads), "worker"};
+  options.spawn.memory_ceiling_bytes = options.policy.MemoryCeilingBytes();
   options.setup = std::move(setup);
   return options;
 }

@@ -1,7 +1,10 @@
 #include "isolation/isolation.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -120,6 +123,13 @@ std::pair<Outcome, std::string> Unanswered(const WorkerReply& reply, const std::
             fmt::format("no result from the worker within {:.3g} s while running {}{}; the worker was killed{}",
                         timeout_s, what, where, last.empty() ? "" : "; its last output: " + last)};
   }
+  if (reply.kind == WorkerReply::Kind::kOverMemory) {  // Note [A memory ceiling] in worker.cc
+    (*detail)["peak_rss_bytes"] = reply.peak_rss_bytes;
+    (*detail)["memory_ceiling_bytes"] = reply.memory_ceiling_bytes;
+    return {Outcome::kSkipped,
+            fmt::format("over memory: peak {:.3g} GB > ceiling {:.3g} GB while running {}{}; the worker was killed",
+                        reply.peak_rss_bytes / 1e9, reply.memory_ceiling_bytes / 1e9, what, where)};
+  }
   if (reply.term_signal) (*detail)["signal"] = reply.term_signal;
   else (*detail)["exit_status"] = reply.exit_status;
   return {Outcome::kCrash, fmt::format("the worker died with {} while running {}{}{}", reply.DeathDescription(), what,
@@ -132,6 +142,22 @@ Result<double> PositiveSeconds(const json& j, const std::string& where) {
 }
 
 }  // namespace
+
+int64_t DefaultMemoryCeilingBytes() {
+  double total = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    double limit = 0;
+    if (in >> limit && limit > 0 && limit < total) total = limit;  // "max" reads as no number
+  }
+  const double reserve = std::max(3e9, total / 5);
+  return static_cast<int64_t>(std::max(total - reserve, total / 2));
+}
+
+int64_t IsolationPolicy::MemoryCeilingBytes() const {
+  if (!memory_ceiling_gb) return DefaultMemoryCeilingBytes();
+  return static_cast<int64_t>(*memory_ceiling_gb * 1e9);
+}
 
 double IsolationPolicy::TimeoutFor(const OpCase& op_case) const {
   if (auto it = op_timeout_s.find(op_case.QualifiedName()); it != op_timeout_s.end()) return it->second;
@@ -151,7 +177,7 @@ Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::st
   if (j.is_discarded() || !j.is_object()) return Status::InvalidArgument(src + ": not a JSON object");
   IsolationPolicy p;
   static const char* kKnown[] = {"comment", "timeout_s", "op_timeout_s", "stage_timeout_s", "startup_timeout_s",
-                                 "reruns", "rerun_model_failures", "standby"};
+                                 "reruns", "rerun_model_failures", "standby", "memory_ceiling_gb"};
   for (const auto& [key, value] : j.items()) {
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return Status::InvalidArgument(src + ": unknown key '" + key + "'");
@@ -195,6 +221,17 @@ Result<IsolationPolicy> IsolationPolicy::FromJson(std::string_view text, std::st
   if (j.contains("standby")) {
     if (!j["standby"].is_boolean()) return Status::InvalidArgument(src + ": 'standby' must be true or false");
     p.standby = j["standby"].get<bool>();
+  }
+  if (j.contains("memory_ceiling_gb")) {
+    const json& m = j["memory_ceiling_gb"];
+    if (m.is_string() && m.get<std::string>() == "auto") {
+      p.memory_ceiling_gb.reset();
+    } else if (m.is_number() && std::isfinite(m.get<double>()) && m.get<double>() >= 0 && m.get<double>() <= 1e6) {
+      p.memory_ceiling_gb = m.get<double>();
+    } else {
+      return Status::InvalidArgument(src + ": 'memory_ceiling_gb' must be \"auto\" or a number of GB from 0 (no "
+                                     "ceiling) to 1e6, got " + m.dump());
+    }
   }
   return p;
 }
@@ -363,7 +400,12 @@ std::vector<ModelItemResult> IsolatedModelStageRunner::RunOnce(const std::string
     return items;
   }
   auto items = ParseModelReply(reply->line);
-  if (items) return std::move(*items);
+  if (items) {
+    if (reply->peak_rss_bytes > 0) {  // Note [A memory ceiling] in worker.cc: what the estimate is checked against
+      for (auto& item : *items) item.detail["worker_peak_rss_bytes"] = reply->peak_rss_bytes;
+    }
+    return std::move(*items);
+  }
   harness_ = items.error();
   return fail(Outcome::kError, harness_.message(), json::object());
 }

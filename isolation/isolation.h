@@ -28,6 +28,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -51,6 +52,11 @@ using replay::ProgramStageRunner;
 using replay::ReplayOptions;
 
 // Per-case deadlines and reruns (configs/isolation.json, see configs/README.md).
+// The memory a worker may hold when isolation.json says "auto": the
+// machine's physical memory, or its cgroup's limit when lower, less a fifth
+// of it and at least 3 GB for the parent and everything else.
+int64_t DefaultMemoryCeilingBytes();
+
 struct IsolationPolicy {
   double unit_timeout_s = 60;                   // one op case, all its backend and reference runs
   std::map<std::string, double> op_timeout_s;   // "aten::op" or "aten::op.overload": replaces unit_timeout_s
@@ -67,7 +73,14 @@ struct IsolationPolicy {
   // small machine a parallel kernel then waits a scheduler time slice
   // (measured: warm latencies of 8 and 16 ms instead of 0.2 ms).
   bool standby = false;
+  // Note [A memory ceiling] in worker.cc: a worker past this much resident
+  // memory is killed and what it ran is skipped as over memory. Unset
+  // ("auto"): the machine's memory (or its cgroup's limit) less a reserve
+  // for the parent and the rest of the machine, DefaultMemoryCeilingBytes();
+  // 0: no ceiling.
+  std::optional<double> memory_ceiling_gb;
 
+  int64_t MemoryCeilingBytes() const;
   double TimeoutFor(const OpCase& op_case) const;
   double TimeoutForStage(const std::string& stage) const;
   // Parses configs/isolation.json; errors name `source` and the key.

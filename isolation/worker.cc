@@ -9,10 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 
 #include <fmt/format.h>
@@ -157,6 +160,7 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(const WorkerSpawnOpt
   w->stderr_fd_ = err_pipe[0];
   w->alive_ = true;
   w->stderr_tail_lines_ = options.stderr_tail_lines;
+  w->memory_ceiling_bytes_ = options.memory_ceiling_bytes;
   fcntl(w->stderr_fd_, F_SETFL, fcntl(w->stderr_fd_, F_GETFL) | O_NONBLOCK);
   return w;
 }
@@ -226,6 +230,43 @@ std::string WorkerProcess::StderrTail() const {
   return out;
 }
 
+// Note [A memory ceiling]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A replay whose memory estimate undercounts must not take the machine down:
+// the kernel's OOM killer then picks any process (the run's parent, a
+// browser), and its kill reads as the backend's crash. So the parent watches
+// each worker's resident memory while it waits for a reply (every 50 ms
+// when a ceiling is set; /proc/<pid>/statm is one small read) and kills a
+// worker that passes the ceiling itself; the request ends kOverMemory, which
+// the stages record as `skipped` with "over memory: peak X GB > ceiling Y
+// GB", never as a crash or a flaky result. Memory of processes the backend
+// starts is not counted. cgroup v2's memory.max would be exact, but needs a
+// delegated cgroup the machine may not give (this one has cgroup v1 only);
+// the watchdog works wherever /proc does. Every reply also carries the
+// request's peak: the kernel's high-water mark (VmHWM), reset before each
+// request (clear_refs 5), so estimates can be checked against it.
+int64_t WorkerProcess::ResidentBytes() const {
+  std::ifstream statm("/proc/" + std::to_string(pid_) + "/statm");
+  int64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return -1;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+int64_t WorkerProcess::PeakResidentBytes() const {
+  std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atoll(line.c_str() + 6) * 1024;  // "VmHWM:   123456 kB"
+  }
+  return -1;
+}
+
+bool WorkerProcess::ResetPeak() const {
+  std::ofstream clear("/proc/" + std::to_string(pid_) + "/clear_refs");
+  clear << "5";
+  return static_cast<bool>(clear.flush());
+}
+
 void WorkerProcess::KillAndReap(WorkerReply* reply) {
   kill(-pid_, SIGKILL);  // its process group: anything the backend started goes too
   kill(pid_, SIGKILL);
@@ -248,6 +289,21 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
   stderr_lines_.clear();
   stderr_partial_.clear();
   last_progress_.clear();
+  const bool watch = memory_ceiling_bytes_ > 0;
+  const bool peak_reset = watch && ResetPeak();
+  int64_t sampled = 0;
+  auto last_sample = start;
+  auto sample = [&] {  // at most every 50 ms: a short request costs no read at all
+    if (std::chrono::steady_clock::now() - last_sample < std::chrono::milliseconds(50)) return int64_t{0};
+    last_sample = std::chrono::steady_clock::now();
+    const int64_t now = ResidentBytes();
+    sampled = std::max(sampled, now);
+    return now;
+  };
+  auto peak = [&] {
+    const int64_t hwm = peak_reset ? PeakResidentBytes() : -1;
+    return std::max(sampled, hwm);
+  };
   const std::string out = request + "\n";
   size_t sent = 0;
   auto reap = [&](int status) {
@@ -273,6 +329,7 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
     reply.stderr_tail = StderrTail();
     reply.progress = last_progress_;
     reply.seconds = SecondsSince(start);
+    reply.peak_rss_bytes = sampled;
     return reply;
   };
   for (;;) {
@@ -280,6 +337,18 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
     if (size_t nl = pending_.find('\n'); nl != std::string::npos && sent == out.size()) {
       reply.line = pending_.substr(0, nl);
       pending_.erase(0, nl + 1);
+      reply.seconds = SecondsSince(start);
+      reply.peak_rss_bytes = std::max<int64_t>(peak(), 0);
+      return reply;
+    }
+    if (watch && sample() > memory_ceiling_bytes_) {  // Note [A memory ceiling]
+      reply.kind = WorkerReply::Kind::kOverMemory;
+      reply.peak_rss_bytes = sampled;
+      reply.memory_ceiling_bytes = memory_ceiling_bytes_;
+      KillAndReap(&reply);
+      DrainStderr(true);
+      reply.stderr_tail = StderrTail();
+      reply.progress = last_progress_;
       reply.seconds = SecondsSince(start);
       return reply;
     }
@@ -296,7 +365,7 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
     }
     pollfd fds[2] = {{socket_fd_, static_cast<short>(POLLIN | (sent < out.size() ? POLLOUT : 0)), 0},
                      {stderr_eof_ ? -1 : stderr_fd_, POLLIN, 0}};
-    const int wait_ms = static_cast<int>(std::min(left * 1000.0 + 1, 200.0));
+    const int wait_ms = static_cast<int>(std::min(left * 1000.0 + 1, memory_ceiling_bytes_ > 0 ? 50.0 : 200.0));
     int n = poll(fds, 2, wait_ms);
     if (n < 0 && errno != EINTR) return died(false);
     if (n <= 0) {

@@ -40,6 +40,9 @@ struct WorkerSpawnOptions {
   std::vector<std::string> args;   // after argv[0], e.g. {"--home", "/src", "worker"}
   int attempt = 1;                 // exported as COVERAGE_ATTEMPT
   size_t stderr_tail_lines = 20;   // kept for crash reports
+  // Note [A memory ceiling]: a worker whose resident memory passes this is
+  // killed and the request ends kOverMemory; 0: no ceiling.
+  int64_t memory_ceiling_bytes = 0;
 };
 
 // How one request ended.
@@ -49,6 +52,7 @@ struct WorkerReply {
     kDied,     // the worker exited or was killed by a signal before replying
     kTimeout,  // no reply before the deadline; the worker was killed
     kStopped,  // the caller's stop flag was set while it waited; the worker was killed
+    kOverMemory,  // its resident memory passed the ceiling; the worker was killed
   };
   Kind kind = Kind::kReply;
   std::string line;         // kReply: the reply, without the newline
@@ -59,6 +63,12 @@ struct WorkerReply {
   // request (kProgressPrefix, without it): where it was when it died.
   std::string progress;
   double seconds = 0;       // from sending to the reply (or death)
+  // With a memory ceiling, the worker's peak resident memory during this
+  // request (the kernel's high-water mark where it can be reset, else the
+  // largest sample; 0 when not watched or unreadable). kOverMemory: the
+  // sample that passed the ceiling.
+  int64_t peak_rss_bytes = 0;
+  int64_t memory_ceiling_bytes = 0;  // kOverMemory: the ceiling it passed
 
   // "signal 11 (SIGSEGV)" or "exit status 3".
   std::string DeathDescription() const;
@@ -88,8 +98,15 @@ class WorkerProcess {
   void KillAndReap(WorkerReply* reply);
   std::string StderrTail() const;
 
+  // Resident memory of the worker now (/proc/<pid>/statm), its high-water
+  // mark (VmHWM), and resetting that mark; -1 / false when unreadable.
+  int64_t ResidentBytes() const;
+  int64_t PeakResidentBytes() const;
+  bool ResetPeak() const;
+
   pid_t pid_ = -1;
   int attempt_ = 1;
+  int64_t memory_ceiling_bytes_ = 0;
   int socket_fd_ = -1;
   int stderr_fd_ = -1;
   bool alive_ = false;

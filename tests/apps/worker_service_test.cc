@@ -85,7 +85,7 @@ TEST(WorkerService, AnswersTheSetupAndThenEachFamilysRequest) {
 // declaration judges under it and says which in its setup reply; with
 // "none" the same backend fails at fp32 precision.
 TEST(WorkerService, AWorkerJudgesUnderTheNumericsTheBackendDeclares) {
-  for (const std::string source : {std::string(isolation::WorkerSetup::kAskBackend), std::string("none")}) {
+  for (const std::string& source : {std::string(isolation::WorkerSetup::kAskBackend), std::string("none")}) {
     WorkerService service = Service();
     auto ready = isolation::ParseSetupReply(service.Handle(SetupRequest("bf16", source)));
     ASSERT_TRUE(ready.has_value()) << ready.error().ToString();

@@ -208,6 +208,38 @@ TEST(Worker, AWorkerThatClosesItsOutputDoesNotMakeTheParentSpin) {
   EXPECT_LT(static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC, 0.5) << "busy-waited on a closed pipe";
 }
 
+// Note [A memory ceiling]: each reply carries the request's own peak (the
+// high-water mark is reset before every request), and a worker past the
+// ceiling is killed with the figure that passed it.
+TEST(Worker, AReplyCarriesItsRequestsPeakMemoryAndTheCeilingIsEnforced) {
+  WorkerSpawnOptions o;
+  o.executable = "/usr/bin/env";
+  o.args = {"python3", "-c",
+            "import os, time\n"
+            "for size in (200, 1, 600):\n"
+            "    os.read(3, 100)\n"
+            "    x = b'1' * (size << 20)\n"
+            "    if size > 400: time.sleep(30)  # held until the parent kills it\n"
+            "    del x\n"
+            "    os.write(3, b'done\\n')\n"};
+  o.memory_ceiling_bytes = int64_t{400} << 20;
+  auto w = WorkerProcess::Spawn(o);
+  ASSERT_TRUE(w.has_value()) << w.error().ToString();
+  WorkerReply big = (*w)->Call("one", 20);
+  ASSERT_EQ(big.kind, WorkerReply::Kind::kReply) << big.stderr_tail;
+  EXPECT_GT(big.peak_rss_bytes, int64_t{200} << 20);
+  EXPECT_LT(big.peak_rss_bytes, int64_t{400} << 20);
+  WorkerReply small = (*w)->Call("two", 20);
+  ASSERT_EQ(small.kind, WorkerReply::Kind::kReply) << small.stderr_tail;
+  EXPECT_LT(small.peak_rss_bytes, int64_t{150} << 20) << "the mark was not reset between requests";
+  const pid_t pid = (*w)->pid();
+  WorkerReply over = (*w)->Call("three", 20);
+  EXPECT_EQ(over.kind, WorkerReply::Kind::kOverMemory);
+  EXPECT_GT(over.peak_rss_bytes, int64_t{400} << 20);
+  EXPECT_EQ(over.memory_ceiling_bytes, int64_t{400} << 20);
+  EXPECT_TRUE(Gone(pid));
+}
+
 TEST(Worker, TheAttemptIsInItsEnvironment) {
   auto w = WorkerProcess::Spawn(Shell("read -r l <&3; echo \"$COVERAGE_ATTEMPT:$COVERAGE_WORKER\" >&3", 3));
   ASSERT_TRUE(w.has_value());
@@ -327,6 +359,28 @@ TEST(IsolatedCaseExecutor, ASpareThatDiedWhileWaitingIsReplacedNotAHarnessError)
   EXPECT_EQ(e.Run(testing::MulCase({2, 3})).outcome, Outcome::kPass);
   EXPECT_TRUE(e.HarnessStatus().ok()) << e.HarnessStatus().ToString();
   std::remove(counter.c_str());
+}
+
+// Note [A memory ceiling]: a worker past its ceiling is killed by the
+// parent, long before the machine runs out, and what it ran is skipped as
+// over memory: not a crash, not rerun, not flaky.
+TEST(IsolatedCaseExecutor, ACaseOverTheMemoryCeilingIsSkippedNotACrash) {
+  IsolationOptions o =
+      ScriptedWorker(R"sh(exec python3 -c "import time; x = b'1' * (400 << 20); time.sleep(30)")sh", 3);
+  o.policy.unit_timeout_s = 20;
+  o.spawn.memory_ceiling_bytes = int64_t{150} << 20;
+  IsolatedCaseExecutor e(o);
+  ASSERT_TRUE(e.Start().ok());
+  const auto start = std::chrono::steady_clock::now();
+  CaseResult r = e.Run(testing::MulCase({2, 3}));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 15.0);
+  EXPECT_EQ(r.outcome, Outcome::kSkipped) << r.error;
+  EXPECT_NE(r.error.find("over memory: peak "), std::string::npos) << r.error;
+  EXPECT_NE(r.error.find("> ceiling 0.157 GB"), std::string::npos) << r.error;
+  EXPECT_EQ(r.attempts, 1);
+  EXPECT_FALSE(r.flaky);
+  const auto detail = nlohmann::json::parse(r.detail_json);
+  EXPECT_GT(detail["worker"]["peak_rss_bytes"].get<int64_t>(), int64_t{150} << 20);
 }
 
 TEST(IsolatedCaseExecutor, AHangIsATimeoutAndTheRunGoesOn) {
