@@ -402,7 +402,10 @@ std::vector<ModelItemResult> IsolatedModelStageRunner::RunOnce(const std::string
   auto items = ParseModelReply(reply->line);
   if (items) {
     if (reply->peak_rss_bytes > 0) {  // Note [A memory ceiling] in worker.cc: what the estimate is checked against
-      for (auto& item : *items) item.detail["worker_peak_rss_bytes"] = reply->peak_rss_bytes;
+      for (auto& item : *items) {
+        item.detail["worker_peak_rss_bytes"] = reply->peak_rss_bytes;
+        item.detail["worker_start_rss_bytes"] = reply->start_rss_bytes;
+      }
     }
     return std::move(*items);
   }

@@ -291,6 +291,7 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
   last_progress_.clear();
   const bool watch = memory_ceiling_bytes_ > 0;
   const bool peak_reset = watch && ResetPeak();
+  if (watch) reply.start_rss_bytes = std::max<int64_t>(ResidentBytes(), 0);
   int64_t sampled = 0;
   auto last_sample = start;
   auto sample = [&] {  // at most every 50 ms: a short request costs no read at all

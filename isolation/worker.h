@@ -69,6 +69,10 @@ struct WorkerReply {
   // sample that passed the ceiling.
   int64_t peak_rss_bytes = 0;
   int64_t memory_ceiling_bytes = 0;  // kOverMemory: the ceiling it passed
+  // With a memory ceiling, the worker's resident memory when the request was
+  // sent: what earlier requests left (its allocator keeps freed memory), so
+  // peak - this is what the request itself added at least.
+  int64_t start_rss_bytes = 0;
 
   // "signal 11 (SIGSEGV)" or "exit status 3".
   std::string DeathDescription() const;

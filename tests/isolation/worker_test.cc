@@ -229,6 +229,8 @@ TEST(Worker, AReplyCarriesItsRequestsPeakMemoryAndTheCeilingIsEnforced) {
   ASSERT_EQ(big.kind, WorkerReply::Kind::kReply) << big.stderr_tail;
   EXPECT_GT(big.peak_rss_bytes, int64_t{200} << 20);
   EXPECT_LT(big.peak_rss_bytes, int64_t{400} << 20);
+  EXPECT_GT(big.start_rss_bytes, 0);
+  EXPECT_LT(big.start_rss_bytes, int64_t{100} << 20);
   WorkerReply small = (*w)->Call("two", 20);
   ASSERT_EQ(small.kind, WorkerReply::Kind::kReply) << small.stderr_tail;
   EXPECT_LT(small.peak_rss_bytes, int64_t{150} << 20) << "the mark was not reset between requests";
