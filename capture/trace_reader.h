@@ -23,8 +23,11 @@ namespace coverage::capture {
 // as their domain (token ids in [0, vocab)), so version 1 programs are still
 // read. Version 3 records scaled_dot_product_attention whole (and its
 // backward as coverage::scaled_dot_product_attention_backward), with the
-// trace device's decomposition by name, and AdamW's foreach step.
-inline constexpr int kTracerVersion = 3;
+// trace device's decomposition by name, and AdamW's foreach step. Version 4
+// records the same; its depth cut keeps a backbone's stage fields valid
+// (DINOv2's out_features), so configs version 3 could not build are traced
+// again.
+inline constexpr int kTracerVersion = 4;
 inline constexpr int kOldestTracerVersionRead = 1;
 
 // An `error` record: the tracer could not trace this (model, profile).

@@ -32,6 +32,9 @@ LAYER_FIELDS = (
 _NOT_SUBCONFIGS = {"rope_scaling", "rope_parameters", "quantization_config", "id2label", "label2id",
                    "task_specific_params", "auto_map", "attn_config", "torch_dtype"}
 
+# A backbone's stage fields (_cut_stages), not per-layer lists.
+_STAGE_FIELDS = {"stage_names", "out_features", "out_indices"}
+
 _DROPOUT = re.compile(r"(dropout|pdrop|drop_path|layerdrop|drop_rate)", re.IGNORECASE)
 
 
@@ -82,6 +85,35 @@ def _kept_indices(d: dict, of: int, max_layers: int) -> list:
     return sorted(keep)
 
 
+def _cut_stages(d: dict, of: int, kept: list) -> None:
+    """A backbone's stages follow its layers (DINOv2, ViT, BEiT as
+    backbones: stage_names is "stem" and one "stageN" per layer, out_features
+    and out_indices pick some). Stage N is layer N-1: the picked stages that
+    still exist keep their place, renumbered; when none does, the last kept
+    stage is picked, so the cut model is a valid backbone of the same kind
+    (before: "out_features must be a subset of stage_names ... got
+    ['stage12']")."""
+    names = d.get("stage_names")
+    if not (isinstance(names, list) and len(names) == of + 1 and names[:1] == ["stem"]):
+        return
+    renumber = {old + 1: new + 1 for new, old in enumerate(kept)}
+    renumber[0] = 0
+    d["stage_names"] = ["stem"] + [f"stage{i}" for i in range(1, len(kept) + 1)]
+    features, indices = d.get("out_features"), d.get("out_indices")
+    picked = None
+    if isinstance(indices, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+        picked = [i % (of + 1) for i in indices]
+    elif isinstance(features, list) and all(isinstance(f, str) and f in names for f in features):
+        picked = [names.index(f) for f in features]
+    if picked is None:
+        return
+    new = [renumber[i] for i in picked if i in renumber] or [len(kept)]
+    if isinstance(indices, list):
+        d["out_indices"] = new
+    if isinstance(features, list):
+        d["out_features"] = [d["stage_names"][i] for i in new]
+
+
 def reduce_layers(d: dict, max_layers: int, prefix: str = "") -> dict:
     """Cuts every repeated stack in `d` (in place) to `max_layers` layers
     (more where one layer of each kind needs more; see _kept_indices).
@@ -127,8 +159,9 @@ def reduce_layers(d: dict, max_layers: int, prefix: str = "") -> dict:
             d[key] = n
             layers[prefix + key] = {"kept": n, "of": v}
         renumber = {old: new for new, old in enumerate(kept)}
+        _cut_stages(d, of, kept)
         for key, v in list(d.items()):
-            if key in LAYER_FIELDS or key == "depths" or not isinstance(v, list) or not v:
+            if key in LAYER_FIELDS or key in _STAGE_FIELDS or key == "depths" or not isinstance(v, list) or not v:
                 continue
             if len(v) == of and len(kept) != of and _per_layer_name(key):
                 d[key] = [v[i] for i in kept]

@@ -25,6 +25,28 @@ def test_every_stack_is_cut_and_per_layer_lists_follow():
     }
 
 
+def test_a_backbones_stages_follow_its_layers():
+    d = {"num_hidden_layers": 12, "stage_names": ["stem"] + [f"stage{i}" for i in range(1, 13)],
+         "out_features": ["stage12"], "out_indices": [12]}
+    reduce_layers(d, 2)
+    assert d["stage_names"] == ["stem", "stage1", "stage2"]
+    assert d["out_features"] == ["stage2"] and d["out_indices"] == [2]
+    kept = {"num_hidden_layers": 12, "stage_names": ["stem"] + [f"stage{i}" for i in range(1, 13)],
+            "out_features": ["stem", "stage1", "stage2", "stage9"], "out_indices": [0, 1, 2, 9]}
+    reduce_layers(kept, 2)
+    assert kept["out_features"] == ["stem", "stage1", "stage2"] and kept["out_indices"] == [0, 1, 2]
+
+
+def test_a_cut_dinov2_backbone_is_a_valid_config():
+    # The library's own check of out_features against stage_names.
+    from coverage_tracer.config import prepare_config
+    config, layers = prepare_config(
+        {"model_type": "dinov2", "num_hidden_layers": 12, "hidden_size": 32, "num_attention_heads": 2,
+         "intermediate_size": 64, "out_features": ["stage12"], "out_indices": [12]}, 2, "t/dinov2")
+    assert config.num_hidden_layers == 2 and config.out_features == ["stage2"]
+    assert layers == {"num_hidden_layers": {"kept": 2, "of": 12}}
+
+
 def test_settings_keyed_by_layer_index_are_renumbered():
     d = {"num_hidden_layers": 12, "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 2,
          "per_layer_config": {"05": {"head_dim": 512}, "11": {"head_dim": 512}}}
