@@ -145,6 +145,18 @@ def _cache_of(out):
     raise ValueError("the model returned no cache from the prefill (past_key_values / cache_params)")
 
 
+def _dual_tower(model) -> bool:
+    """A text tower and an image tower that one forward runs together
+    (SiglipModel, CLIPModel: `text_model` and `vision_model`, and a forward
+    that takes pixel_values beside input_ids)."""
+    import inspect
+
+    if not (hasattr(model, "text_model") and hasattr(model, "vision_model")):
+        return False
+    params = inspect.signature(type(model).forward).parameters
+    return "pixel_values" in params and "input_ids" in params
+
+
 class ProfileRun:
     """Runs one profile; `recorder.recording` is on only for the calls the
     profile records, and `recorder.set_phase` marks train's phases."""
@@ -189,6 +201,11 @@ class ProfileRun:
     def _prefill(self):
         b, s = self.p.batch, self.p.seq_len
         kw = self._text_inputs(b, s)
+        if _dual_tower(self.model):
+            # A contrastive text and image pair (SigLIP, CLIP) runs both towers
+            # on every call: an image beside the text, and no cache.
+            kw["pixel_values"] = self.inputs.normal("pixel_values", image_shape(self.config, b), self.p.torch_dtype)
+            return self._record(lambda: self.model(**kw))
         if self.kind == "encoder-decoder":
             kw.update(self._text_inputs(b, s, "decoder_"), use_cache=True)
         elif self.kind in DECODER_LIKE:

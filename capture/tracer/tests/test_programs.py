@@ -266,6 +266,27 @@ def test_vision_image():
     assert params["vit.embeddings.cls_token"]["rule"] == "normal"
 
 
+def test_a_dual_tower_gets_an_image_beside_its_text():
+    # SigLIP runs its text and image towers in one forward: a prefill of
+    # text alone made the tracer fail ("'NoneType' object has no attribute
+    # 'shape'").
+    from coverage_tracer import Options, trace
+
+    tower = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_hidden_layers": 2}
+    config = {"model_type": "siglip", "architectures": ["SiglipModel"], "_name_or_path": "tiny/siglip",
+              "text_config": dict(tower, vocab_size=128, max_position_embeddings=512),
+              "vision_config": dict(tower, image_size=32, patch_size=8)}
+    records, code = trace(config, Options(profile="prefill"))
+    assert code == 0, records[-1]
+    assert records[0]["kind"] == "multimodal"
+    check_well_formed(records)
+    inputs = {v["name"]: v for v in values(records, kind="input")}
+    assert inputs["pixel_values"]["tensor"]["shape"] == [1, 3, 32, 32]
+    assert inputs["input_ids"]["tensor"]["shape"] == [1, 512]
+    modules = {c["module"].split(".")[0] for c in calls(records)}
+    assert {"text_model", "vision_model"} <= modules
+
+
 def test_speech_audio():
     records, code = run("whisper", "audio")
     assert code == 0 and records[0]["kind"] == "speech"
