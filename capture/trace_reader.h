@@ -25,7 +25,8 @@ namespace coverage::capture {
 // backward as coverage::scaled_dot_product_attention_backward), with the
 // trace device's decomposition by name, and AdamW's foreach step. Version 4
 // records the same; its depth cut keeps a backbone's stage fields valid
-// (DINOv2's out_features) and a dual tower's prefill (SigLIP) gets an image
+// (DINOv2's out_features) and two layers of a kind that shares weights
+// (Zamba's hybrid layers), and a dual tower's prefill (SigLIP) gets an image
 // beside its text, so configs version 3 could not trace are traced again.
 inline constexpr int kTracerVersion = 4;
 inline constexpr int kOldestTracerVersionRead = 1;

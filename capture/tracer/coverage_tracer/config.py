@@ -67,20 +67,29 @@ def _per_layer_name(key: str) -> bool:
     return "layer" in key or "block" in key
 
 
+# Layer kinds whose layers share one set of weights, by model type: the
+# library ties every such layer to the first, and a model with only one of
+# them has nothing to tie ("There is an issue with your definition of
+# `tie_weights_keys` ... to tie into []"). A cut keeps two of each.
+_SHARED_KINDS = {"zamba": {"hybrid"}, "zamba2": {"hybrid"}}
+
+
 def _kept_indices(d: dict, of: int, max_layers: int) -> list:
     """Which of `of` layers to keep: the first `max_layers`, and where the
     config gives each layer a kind (layer_types, layers_block_type, ...),
     also the first layer of every kind, so a hybrid keeps one layer of each
     (Qwen3-Next's full attention is its fourth layer, Nemotron-H's attention
-    its sixth)."""
+    its sixth), and the first two of a kind whose layers share weights
+    (Zamba's hybrid layers, _SHARED_KINDS)."""
     keep = set(range(min(of, max_layers)))
+    shared = _SHARED_KINDS.get(d.get("model_type"), set())
     for key, v in d.items():
         if (isinstance(v, list) and len(v) == of and _per_layer_name(key)
                 and all(isinstance(x, str) for x in v)):
-            seen = set()
+            seen: dict = {}
             for i, x in enumerate(v):
-                if x not in seen:
-                    seen.add(x)
+                if seen.get(x, 0) < (2 if x in shared else 1):
+                    seen[x] = seen.get(x, 0) + 1
                     keep.add(i)
     return sorted(keep)
 

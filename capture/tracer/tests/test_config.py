@@ -47,6 +47,30 @@ def test_a_cut_dinov2_backbone_is_a_valid_config():
     assert layers == {"num_hidden_layers": {"kept": 2, "of": 12}}
 
 
+def test_layers_that_share_weights_keep_two_of_their_kind():
+    d = {"model_type": "zamba", "num_hidden_layers": 12,
+         "layers_block_type": ["mamba"] * 4 + ["hybrid"] + ["mamba"] * 5 + ["hybrid", "mamba"]}
+    reduce_layers(d, 2)
+    assert d["num_hidden_layers"] == 4
+    assert d["layers_block_type"] == ["mamba", "mamba", "hybrid", "hybrid"]
+
+
+def test_a_cut_zamba_builds():
+    # Its hybrid layers share one transformer block, tied to the first: with
+    # one hybrid layer left the library had nothing to tie and refused.
+    import transformers
+
+    from coverage_tracer.config import prepare_config
+    config, _ = prepare_config(
+        {"model_type": "zamba", "architectures": ["ZambaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 12,
+         "num_attention_heads": 4, "num_key_value_heads": 4, "attention_hidden_size": 128, "attention_head_dim": 32,
+         "intermediate_size": 128, "vocab_size": 128, "mamba_d_state": 8, "n_mamba_heads": 2, "mamba_dt_rank": 8,
+         "attn_layer_period": 6, "attn_layer_offset": 4}, 2, "t/zamba")
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    assert sum(1 for t in config.layers_block_type if t == "hybrid") == 2
+    assert len(model.model.layers) == 4
+
+
 def test_settings_keyed_by_layer_index_are_renumbered():
     d = {"num_hidden_layers": 12, "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 2,
          "per_layer_config": {"05": {"head_dim": 512}, "11": {"head_dim": 512}}}
