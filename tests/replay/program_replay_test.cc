@@ -256,6 +256,20 @@ TEST(ProgramReplay, TrainingStepsPassOnACorrectBackendAndTheLossMoves) {
   EXPECT_EQ(replay::ReplayTraining(Prefill(), backend, o).outcome, Outcome::kSkipped);
 }
 
+// A layer norm without weight or bias (OLMo's) asks its backward for one
+// gradient of three (output_mask [true, false, false]); the other two are
+// absent outputs, recorded and replayed as such.
+TEST(ProgramReplay, ABackwardWithOptionalOutputsReplays) {
+  static const Program olmo = LoadProgramFixture("tiny_olmo_train.jsonl");
+  const int64_t backward = FirstCall(olmo, "aten::native_layer_norm_backward", "backward");
+  ASSERT_GE(backward, 0);
+  FakeBackend backend;
+  ProgramReplayOptions o;
+  o.check.train_steps = 2;
+  const auto item = replay::ReplayTraining(olmo, backend, o);
+  EXPECT_EQ(item.outcome, Outcome::kPass) << item.error;
+}
+
 TEST(ProgramReplay, AWrongBackwardOpIsCaughtInTheTrainingProgram) {
   FakeBackend backend;
   backend.add_offset["aten::silu_backward"] = 1e-2;
