@@ -502,12 +502,32 @@ TEST(IsolationPolicy, BadValuesNameTheFileAndKey) {
            {R"({"op_timeout_s": {"mm": 3}})", "'mm'"},
            {R"({"stage_timeout_s": {"unit": 3}})", "'unit'"},
            {R"({"timeouts": 3})", "unknown key 'timeouts'"},
+           {R"({"memory_ceiling_gb": -1})", "'memory_ceiling_gb'"},
+           {R"({"memory_ceiling_gb": "lots"})", "'memory_ceiling_gb'"},
+           {R"({"memory_ceiling_gb": 1e300})", "'memory_ceiling_gb'"},
            {"[", "not a JSON object"}}) {
     auto p = IsolationPolicy::FromJson(text, "conf/iso.json", {"module", "model", "train"});
     ASSERT_FALSE(p.has_value()) << text;
     EXPECT_NE(p.error().message().find("conf/iso.json"), std::string::npos) << p.error().ToString();
     EXPECT_NE(p.error().message().find(expected), std::string::npos) << p.error().ToString();
   }
+}
+
+// Note [A memory ceiling]: "auto" is the machine less its reserve, a number
+// is GB, 0 is none.
+TEST(IsolationPolicy, TheMemoryCeilingIsAutoANumberOrNone) {
+  auto automatic = IsolationPolicy::FromJson(R"({"memory_ceiling_gb": "auto"})", "iso.json", {});
+  ASSERT_TRUE(automatic.has_value()) << automatic.error().ToString();
+  EXPECT_EQ(automatic->MemoryCeilingBytes(), DefaultMemoryCeilingBytes());
+  const double machine = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  EXPECT_GT(DefaultMemoryCeilingBytes(), 0);
+  EXPECT_LT(static_cast<double>(DefaultMemoryCeilingBytes()), machine);  // a reserve is always left
+  auto fixed = IsolationPolicy::FromJson(R"({"memory_ceiling_gb": 12.5})", "iso.json", {});
+  ASSERT_TRUE(fixed.has_value());
+  EXPECT_EQ(fixed->MemoryCeilingBytes(), int64_t{12'500'000'000});
+  auto none = IsolationPolicy::FromJson(R"({"memory_ceiling_gb": 0})", "iso.json", {});
+  ASSERT_TRUE(none.has_value());
+  EXPECT_EQ(none->MemoryCeilingBytes(), 0);
 }
 
 TEST(WorkerSetup, RoundTripsThroughJson) {
