@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <set>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -95,6 +97,25 @@ void JudgeOutputs(ModelItemResult& item, const std::vector<Judged>& outputs,
   item.detail["mismatched"] = mismatched;
 }
 
+// The main output's positions (rows of its last dimension) in double: the
+// reference's and the backend's logits, the reference's top-k values and
+// whether the backend's top-1 token is among them.
+struct TopKView {
+  int64_t k = 1;
+  at::Tensor r, ref_values, top1, in_top;
+
+  TopKView(const Judged& main, int64_t top_k) {
+    const int64_t V = main.reference.size(-1);
+    r = main.reference.reshape({-1, V}).to(at::kDouble);
+    k = std::min<int64_t>(std::max<int64_t>(1, top_k), V);
+    at::Tensor ref_top;
+    std::tie(ref_values, ref_top) = r.topk(k, -1);
+    top1 = main.backend.reshape({-1, V}).to(at::kDouble).argmax(-1, /*keepdim=*/true);
+    in_top = (ref_top == top1).any(-1);
+  }
+  bool Strays() const { return !in_top.all().item<bool>(); }
+};
+
 // Note [Model verdicts], top-k: a position where the backend's top-1 token
 // is outside the reference's top-k counts only when the reference ranks
 // that token below its k-th by more than the logits may err (twice the
@@ -102,31 +123,28 @@ void JudgeOutputs(ModelItemResult& item, const std::vector<Judged>& outputs,
 // error against the golden in that row); closer than that, the two tokens
 // are tied within tolerance and the backend's pick is as good as the
 // reference's. Random weights make such ties common.
-void TopK(ModelItemResult& item, const Judged& main, const at::Tensor& golden, const ProgramReplayOptions& options) {
+void TopK(ModelItemResult& item, const Judged& main, const TopKView& view, const at::Tensor& golden,
+          const ProgramReplayOptions& options) {
   const at::Tensor& reference = main.reference;
-  const int64_t V = reference.size(-1);
-  const at::Tensor r = reference.reshape({-1, V}).to(at::kDouble);
-  const at::Tensor b = main.backend.reshape({-1, V}).to(at::kDouble);
-  const int64_t k = std::min<int64_t>(std::max<int64_t>(1, options.check.top_k), V);
+  const at::Tensor& r = view.r;
+  const int64_t k = view.k;
   const DType dt = ToDType(reference.scalar_type()).value_or(DType::kFloat32);
   const Tolerance tol = options.check.comparison.For("model", "forward", dt);
   // Per row: how far each logit may be off.
   at::Tensor allowed = r.abs().amax(-1) * tol.rtol + tol.atol;
   if (golden.defined() && golden.sizes() == reference.sizes()) {
     const double mult = options.check.comparison.MultiplierFor("model", "forward", dt);
-    const at::Tensor g = golden.reshape({-1, V}).to(at::kDouble);
+    const at::Tensor g = golden.reshape(r.sizes()).to(at::kDouble);
     allowed = at::maximum(allowed, (r - g).abs().amax(-1) * mult);
   }
-  const auto [ref_values, ref_top] = r.topk(k, -1);
-  const at::Tensor top1 = b.argmax(-1, /*keepdim=*/true);
-  const at::Tensor in_top = (ref_top == top1).any(-1);
-  const at::Tensor gap = ref_values.select(-1, k - 1) - r.gather(-1, top1).squeeze(-1);
+  const at::Tensor& in_top = view.in_top;
+  const at::Tensor gap = view.ref_values.select(-1, k - 1) - r.gather(-1, view.top1).squeeze(-1);
   const at::Tensor tied = at::logical_and(in_top.logical_not(), gap <= allowed * 2);
   const double agreement = at::logical_or(in_top, tied).to(at::kDouble).mean().item<double>();
   item.detail["top_k"] = k;
   item.detail["topk_agreement"] = agreement;
   item.detail["topk_ties"] = tied.sum().item<int64_t>();
-  item.detail["top1_agreement"] = (r.argmax(-1) == b.argmax(-1)).to(at::kDouble).mean().item<double>();
+  item.detail["top1_agreement"] = (r.argmax(-1) == view.top1.squeeze(-1)).to(at::kDouble).mean().item<double>();
   if (agreement < options.check.min_topk_agreement) {
     Fail(item, Outcome::kMismatch,
          fmt::format("the backend's top-1 token is in the reference's top-{} (or tied with it within tolerance) at "
@@ -211,17 +229,13 @@ ModelItemResult ReplayProgram(const Program& program, Backend& backend, const Pr
       const bool top_k = main && LanguageModel(program) && main->reference.dim() >= 2 &&
                          main->backend.sizes() == main->reference.sizes() && main->reference.size(-1) > 1;
       // Top-k needs the golden only where the backend's top-1 strays.
-      bool strays = false;
-      if (top_k) {
-        const int64_t V = main->reference.size(-1);
-        const int64_t k = std::min<int64_t>(std::max<int64_t>(1, options.check.top_k), V);
-        const at::Tensor top = std::get<1>(main->reference.reshape({-1, V}).topk(k, -1));
-        strays = !(top == main->backend.reshape({-1, V}).argmax(-1, true)).any(-1).all().item<bool>();
-      }
-      const at::Tensor main_golden = JudgeWithGolden(item, outputs, options, program, strays ? main : nullptr);
+      const std::optional<TopKView> view = top_k ? std::optional<TopKView>(std::in_place, *main, options.check.top_k)
+                                                 : std::nullopt;
+      const at::Tensor main_golden =
+          JudgeWithGolden(item, outputs, options, program, view && view->Strays() ? main : nullptr);
       if (main) {
         item.detail["output_shape"] = main->reference.sizes().vec();
-        if (top_k) TopK(item, *main, main_golden, options);
+        if (view) TopK(item, *main, *view, main_golden, options);
       }
     }
     if (item.outcome != Outcome::kPass && item.outcome != Outcome::kSkipped) {
@@ -451,6 +465,49 @@ struct TrainCheck {
   double cpu = 0;      // the reference's from the golden (golden verdicts only)
 };
 
+// The backend's step quantities of `t` against `truth`'s reference side (t
+// itself, or the fp64 golden), in the order the step computes them; against
+// the golden, also the reference's own, each quantity over the whole run as
+// one tensor: the reference's largest over the steps (Note [Training
+// verdicts]: a single step's loss error is one random draw, and the CPU's can
+// be near zero by chance).
+struct TrainComparison {
+  std::vector<TrainCheck> checks;
+  std::vector<double> loss_err, cpu_loss_err, grad_err, cpu_grad_err;
+  double param_err = 0, cpu_param_err = 0;
+};
+
+// The largest of `values` (0 for none); an infinity wins.
+double Largest(const std::vector<double>& values) {
+  double out = 0;
+  for (double v : values) out = std::max(out, v);
+  return out;
+}
+
+TrainComparison Compare(const TrainTrace& t, const TrainTrace& truth, int steps) {
+  const bool golden = &truth != &t;
+  TrainComparison c;
+  std::vector<size_t> worst;
+  for (size_t s = 0; s < t.ref_loss.size() && s < truth.ref_loss.size(); ++s) {
+    const Off g = GradsOff(t.dev_grads[s], truth.ref_grads[s]);
+    c.loss_err.push_back(Relative(t.dev_loss[s], truth.ref_loss[s], 1e-30));
+    c.grad_err.push_back(g.err);
+    worst.push_back(g.at);
+    c.cpu_loss_err.push_back(golden ? Relative(t.ref_loss[s], truth.ref_loss[s], 1e-30) : 0.0);
+    c.cpu_grad_err.push_back(golden ? GradsOff(t.ref_grads[s], truth.ref_grads[s]).err : 0.0);
+  }
+  const double loss_cpu = Largest(c.cpu_loss_err), grad_cpu = Largest(c.cpu_grad_err);
+  for (size_t s = 0; s < c.loss_err.size(); ++s) {
+    c.checks.push_back({fmt::format("step {}: the loss", s), c.loss_err[s], loss_cpu});
+    c.checks.push_back({fmt::format("step {}: the gradient norms (most off: gradient {})", s, worst[s]), c.grad_err[s],
+                        grad_cpu});
+  }
+  c.param_err = ParamsOff(t.params, true, truth.params);
+  c.cpu_param_err = golden ? ParamsOff(t.params, false, truth.params) : 0.0;
+  c.checks.push_back({fmt::format("the parameters after {} steps", steps), c.param_err, c.cpu_param_err});
+  return c;
+}
+
 }  // namespace
 
 ModelItemResult ReplayTraining(const Program& program, Backend& backend, const ProgramReplayOptions& options) {
@@ -491,18 +548,10 @@ ModelItemResult ReplayTraining(const Program& program, Backend& backend, const P
       const double mult = std::max(options.check.comparison.MultiplierFor("train", "step", dt),
                                    options.check.comparison.MultiplierFor("train", "step", noise));
       // The backend against the reference, in the order the step computes.
-      std::vector<TrainCheck> checks;
-      double loss_rel = 0, grad_rel = 0;
-      for (size_t s = 0; s < t.ref_loss.size(); ++s) {
-        const double l = Relative(t.dev_loss[s], t.ref_loss[s], 1e-30);
-        const Off g = GradsOff(t.dev_grads[s], t.ref_grads[s]);
-        checks.push_back({fmt::format("step {}: the loss", s), l});
-        checks.push_back({fmt::format("step {}: the gradient norms (most off: gradient {})", s, g.at), g.err});
-        loss_rel = std::max(loss_rel, l);
-        grad_rel = std::max(grad_rel, g.err);
-      }
-      const double param_rel = ParamsOff(t.params, true, t.params);
-      checks.push_back({fmt::format("the parameters after {} steps", steps), param_rel});
+      const TrainComparison to_reference = Compare(t, t, steps);
+      const std::vector<TrainCheck>& checks = to_reference.checks;
+      const double loss_rel = Largest(to_reference.loss_err), grad_rel = Largest(to_reference.grad_err);
+      const double param_rel = to_reference.param_err;
       item.detail["losses"] = FiniteList(t.dev_loss);
       item.detail["reference_losses"] = FiniteList(t.ref_loss);
       item.detail["loss_rel"] = Finite(loss_rel);
@@ -532,35 +581,15 @@ ModelItemResult ReplayTraining(const Program& program, Backend& backend, const P
                            miss ? miss->what : "nothing", miss ? miss->backend : 0.0, rtol, golden.failure.message));
         } else {
           const TrainTrace& g = golden.trace;
-          // Each quantity over the whole run is one tensor, as a unit-stage
-          // output is: the backend's error at each step against the
-          // reference's largest over the steps (a single step's loss error
-          // is one random draw; the CPU's can be near zero by chance).
-          std::vector<double> lb, lc;
-          std::vector<Off> gb, gc;
-          for (size_t s = 0; s < t.ref_loss.size() && s < g.ref_loss.size(); ++s) {
-            lb.push_back(Relative(t.dev_loss[s], g.ref_loss[s], 1e-30));
-            lc.push_back(Relative(t.ref_loss[s], g.ref_loss[s], 1e-30));
-            gb.push_back(GradsOff(t.dev_grads[s], g.ref_grads[s]));
-            gc.push_back(GradsOff(t.ref_grads[s], g.ref_grads[s]));
-          }
-          double loss_cpu = 0, grad_cpu = 0;
-          for (double e : lc) loss_cpu = std::max(loss_cpu, e);
-          for (const Off& o : gc) grad_cpu = std::max(grad_cpu, o.err);
-          std::vector<TrainCheck> against;
-          nlohmann::json grad_err = nlohmann::json::array(), cpu_grad_err = nlohmann::json::array();
-          for (size_t s = 0; s < lb.size(); ++s) {
-            against.push_back({fmt::format("step {}: the loss", s), lb[s], loss_cpu});
-            against.push_back({fmt::format("step {}: the gradient norms (most off: gradient {})", s, gb[s].at), gb[s].err, grad_cpu});
-            grad_err.push_back(Finite(gb[s].err));
-            cpu_grad_err.push_back(Finite(gc[s].err));
-          }
-          const double pb = ParamsOff(t.params, true, g.params), pc = ParamsOff(t.params, false, g.params);
-          against.push_back({fmt::format("the parameters after {} steps", steps), pb, pc});
-          item.detail["golden"] = {{"losses", FiniteList(g.ref_loss)}, {"loss_err", FiniteList(lb)},
-                                   {"cpu_loss_err", FiniteList(lc)},   {"grad_norm_err", grad_err},
-                                   {"cpu_grad_norm_err", cpu_grad_err}, {"param_err", Finite(pb)},
-                                   {"cpu_param_err", Finite(pc)}};
+          const TrainComparison to_golden = Compare(t, g, steps);
+          const std::vector<TrainCheck>& against = to_golden.checks;
+          item.detail["golden"] = {{"losses", FiniteList(g.ref_loss)},
+                                   {"loss_err", FiniteList(to_golden.loss_err)},
+                                   {"cpu_loss_err", FiniteList(to_golden.cpu_loss_err)},
+                                   {"grad_norm_err", FiniteList(to_golden.grad_err)},
+                                   {"cpu_grad_norm_err", FiniteList(to_golden.cpu_grad_err)},
+                                   {"param_err", Finite(to_golden.param_err)},
+                                   {"cpu_param_err", Finite(to_golden.cpu_param_err)}};
           double ratio = 0;
           for (const auto& c : against) {
             if (c.cpu > 0) ratio = std::max(ratio, c.backend / c.cpu);
