@@ -297,17 +297,17 @@ Status WorkerPool::EnsureWorker() {
   return Status::Ok();
 }
 
-Result<WorkerReply> WorkerPool::Call(const std::string& request, double timeout_s, int attempt) {
+Result<WorkerReply> WorkerPool::Call(const std::string& request, double timeout_s, int attempt, bool measure_peak) {
   ++stats_.requests;
   WorkerReply reply;
   if (attempt <= 1) {
     COV_RETURN_IF_ERROR(EnsureWorker());
-    reply = worker_->Call(request, timeout_s);
+    reply = worker_->Call(request, timeout_s, nullptr, measure_peak);
     if (!worker_->alive()) worker_.reset();  // replaced on the next request
   } else {
     COV_ASSIGN_OR_RETURN(auto fresh, StartWorker(attempt));
     SpawnStandby(attempt);  // the next rerun of this attempt number finds one ready
-    reply = fresh->Call(request, timeout_s);
+    reply = fresh->Call(request, timeout_s, nullptr, measure_peak);
   }
   if (reply.kind == WorkerReply::Kind::kDied) ++stats_.crashes;
   if (reply.kind == WorkerReply::Kind::kTimeout) ++stats_.timeouts;
@@ -387,7 +387,7 @@ std::vector<ModelItemResult> IsolatedModelStageRunner::RunOnce(const std::string
     item.detail = {{"worker", std::move(detail)}};
     return std::vector<ModelItemResult>{item};
   };
-  auto reply = pool_.Call(request, timeout, attempt);
+  auto reply = pool_.Call(request, timeout, attempt, /*measure_peak=*/true);
   if (!reply) {
     harness_ = reply.error();
     return fail(Outcome::kError, harness_.message(), json::object());

@@ -146,7 +146,7 @@ class WorkerPool {
   Status EnsureWorker();
   // Sends `request` to the long-lived worker (started when needed) or, with
   // attempt > 1, to a fresh worker used for this request only.
-  Result<WorkerReply> Call(const std::string& request, double timeout_s, int attempt);
+  Result<WorkerReply> Call(const std::string& request, double timeout_s, int attempt, bool measure_peak = false);
   const IsolationOptions& options() const { return options_; }
   IsolationStats& stats() { return stats_; }
   // The declared numerics the last worker set up judges under (JSON text, ""

@@ -242,9 +242,11 @@ std::string WorkerProcess::StderrTail() const {
 // GB", never as a crash or a flaky result. Memory of processes the backend
 // starts is not counted. cgroup v2's memory.max would be exact, but needs a
 // delegated cgroup the machine may not give (this one has cgroup v1 only);
-// the watchdog works wherever /proc does. Every reply also carries the
-// request's peak: the kernel's high-water mark (VmHWM), reset before each
-// request (clear_refs 5), so estimates can be checked against it.
+// the watchdog works wherever /proc does. A request that asks for it
+// (a model stage's: Call's measure_peak) also gets its peak: the kernel's
+// high-water mark (VmHWM), reset before the request (clear_refs 5), so
+// estimates can be checked against it; a unit case, milliseconds long,
+// pays for neither.
 int64_t WorkerProcess::ResidentBytes() const {
   std::ifstream statm("/proc/" + std::to_string(pid_) + "/statm");
   int64_t size = 0, resident = 0;
@@ -278,7 +280,8 @@ void WorkerProcess::KillAndReap(WorkerReply* reply) {
   alive_ = false;
 }
 
-WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, const std::atomic<bool>* stop) {
+WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, const std::atomic<bool>* stop,
+                                bool measure_peak) {
   WorkerReply reply;
   const auto start = std::chrono::steady_clock::now();
   if (!alive_) {
@@ -290,8 +293,8 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
   stderr_partial_.clear();
   last_progress_.clear();
   const bool watch = memory_ceiling_bytes_ > 0;
-  const bool peak_reset = watch && ResetPeak();
-  if (watch) reply.start_rss_bytes = std::max<int64_t>(ResidentBytes(), 0);
+  const bool peak_reset = watch && measure_peak && ResetPeak();
+  if (peak_reset) reply.start_rss_bytes = std::max<int64_t>(ResidentBytes(), 0);
   int64_t sampled = 0;
   auto last_sample = start;
   auto sample = [&] {  // at most every 50 ms: a short request costs no read at all

@@ -63,14 +63,14 @@ struct WorkerReply {
   // request (kProgressPrefix, without it): where it was when it died.
   std::string progress;
   double seconds = 0;       // from sending to the reply (or death)
-  // With a memory ceiling, the worker's peak resident memory during this
-  // request (the kernel's high-water mark where it can be reset, else the
-  // largest sample; 0 when not watched or unreadable). kOverMemory: the
-  // sample that passed the ceiling.
+  // With a memory ceiling and measure_peak, the worker's peak resident
+  // memory during this request (the kernel's high-water mark where it can be
+  // reset, else the largest sample; 0 when not measured or unreadable).
+  // kOverMemory: the sample that passed the ceiling.
   int64_t peak_rss_bytes = 0;
   int64_t memory_ceiling_bytes = 0;  // kOverMemory: the ceiling it passed
-  // With a memory ceiling, the worker's resident memory when the request was
-  // sent: what earlier requests left (its allocator keeps freed memory), so
+  // With a memory ceiling and measure_peak, the worker's resident memory
+  // when the request was sent: what earlier requests left (its allocator keeps freed memory), so
   // peak - this is what the request itself added at least.
   int64_t start_rss_bytes = 0;
 
@@ -90,7 +90,11 @@ class WorkerProcess {
   // `timeout_s` for a reply, or until `*stop` is set (looked at every 200 ms
   // at most; nullptr: never). After kDied, kTimeout or kStopped the worker is
   // gone and every later Call returns kDied at once.
-  WorkerReply Call(const std::string& request, double timeout_s, const std::atomic<bool>* stop = nullptr);
+  // `measure_peak` (with a memory ceiling): reset the kernel's high-water
+  // mark before the request and report it (Note [A memory ceiling]); two
+  // /proc accesses a request, so only where the peak is used.
+  WorkerReply Call(const std::string& request, double timeout_s, const std::atomic<bool>* stop = nullptr,
+                   bool measure_peak = false);
 
   bool alive() const { return alive_; }
   pid_t pid() const { return pid_; }
