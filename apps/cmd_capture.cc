@@ -36,6 +36,7 @@ struct CaptureFlags {
   bool selection = false;
   int64_t selection_id = 0;
   int64_t max_layers = 2;
+  int64_t max_experts = 8;
   double max_gb = 8;
   std::string device = "auto";
   double timeout_s = 900;
@@ -133,6 +134,7 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   t.package_dir = global.home + "/capture/tracer";
   t.profiles_path = profiles_path;
   t.max_layers = flags.max_layers;
+  t.max_experts = flags.max_experts;
   t.max_gb = flags.max_gb;
   t.device = flags.device;
   t.seed = flags.seed;
@@ -208,6 +210,11 @@ void AddCaptureCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--max-layers", flags->max_layers, "Depth every repeated stack is cut to (dimensions never change)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  cmd->add_option("--max-experts", flags->max_experts,
+                  "Experts every mixture-of-experts layer is cut to, at least the router's top-k (each expert keeps\n"
+                  "its real shapes); 0 keeps them all")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->add_option("--max-gb", flags->max_gb,
                   "Memory budget of a trace on CPU tensors (meta traces allocate nothing); above it the pair is\n"
                   "refused with the estimate")

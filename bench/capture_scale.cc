@@ -34,7 +34,7 @@
 
 int main(int argc, char** argv) {
   using namespace coverage;
-  int64_t limit = 0, max_layers = 2, batch = 10, with_defaults = 0, with_real = 1;
+  int64_t limit = 0, max_layers = 2, max_experts = 8, batch = 10, with_defaults = 0, with_real = 1;
   double max_gb = 8;
   std::vector<std::string> only_profiles;
   std::string db_path;
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; i += 2) {
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       std::printf(
-          "usage: bench_capture_scale [--jobs 2] [--limit N] [--max-layers 2] [--max-gb 8] [--batch 10]\n"
+          "usage: bench_capture_scale [--jobs 2] [--limit N] [--max-layers 2] [--max-experts 8] [--max-gb 8] [--batch 10]\n"
           "                           [--defaults 0|1] [--real 0|1] [--profile NAME]... [--db PATH]\n"
           "Traces every real config of data/hub/configs.jsonl (bench/README.md, bench_capture_scale).\n");
       return 0;
@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
     }
     if (!std::strcmp(argv[i], "--limit")) limit = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-layers")) max_layers = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--max-experts")) max_experts = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--max-gb")) max_gb = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--defaults")) with_defaults = std::atoll(argv[i + 1]);
@@ -146,6 +147,7 @@ int main(int argc, char** argv) {
     t.tracer.package_dir = home + "/capture/tracer";
     t.tracer.profiles_path = home + "/configs/capture_profiles.json";
     t.tracer.max_layers = max_layers;
+    t.tracer.max_experts = max_experts;
     t.tracer.max_gb = max_gb;
     t.jobs = jobs;
     t.progress = false;

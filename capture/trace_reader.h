@@ -28,7 +28,7 @@ namespace coverage::capture {
 // (DINOv2's out_features) and two layers of a kind that shares weights
 // (Zamba's hybrid layers), and a dual tower's prefill (SigLIP) gets an image
 // beside its text, so configs version 3 could not trace are traced again.
-inline constexpr int kTracerVersion = 4;
+inline constexpr int kTracerVersion = 5;
 inline constexpr int kOldestTracerVersionRead = 1;
 
 // An `error` record: the tracer could not trace this (model, profile).

@@ -65,6 +65,7 @@ PairResult TracePair(const TracerCaptureOptions& options, const std::vector<Pair
   rec.profile = pair.profile->name;
   rec.tracer_version = kTracerVersion;
   rec.max_layers = t.max_layers;
+  rec.max_experts = t.max_experts;
   rec.config_sha256 = pair.config_sha;
   rec.max_gb = t.max_gb;
   rec.device_option = t.device;
@@ -74,7 +75,8 @@ PairResult TracePair(const TracerCaptureOptions& options, const std::vector<Pair
   cmd.python = t.python;
   cmd.package_dir = t.package_dir;
   cmd.args = {"--config", "-", "--profile", pair.profile->name, "--model-id", model.id,
-              "--max-layers", std::to_string(t.max_layers), "--device", t.device,
+              "--max-layers", std::to_string(t.max_layers), "--max-experts", std::to_string(t.max_experts),
+              "--device", t.device,
               "--max-gb", fmt::format("{}", t.max_gb), "--seed", std::to_string(t.seed)};
   if (!t.profiles_path.empty()) {
     cmd.args.push_back("--profiles");
@@ -239,6 +241,7 @@ Result<TracerCaptureSummary> RunTracerCapture(registry::Registry& registry, cons
                                                                     pairs[i].profile->name));
         // Done when traced the same way; a refusal is retried with a larger budget.
         if (stored && stored->tracer_version == kTracerVersion && stored->max_layers == t.max_layers &&
+            stored->max_experts == t.max_experts &&
             stored->config_sha256 == pairs[i].config_sha && stored->device_option == t.device &&
             stored->seed == t.seed && !(stored->status == "refused" && t.max_gb > stored->max_gb)) {
           ++summary.skipped;

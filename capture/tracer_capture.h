@@ -37,6 +37,7 @@ struct TracerSettings {
   std::string package_dir;    // the folder holding coverage_tracer/
   std::string profiles_path;  // profile definitions passed as --profiles
   int64_t max_layers = 2;     // --max-layers
+  int64_t max_experts = 8;    // --max-experts (0: every expert)
   double max_gb = 4;          // --max-gb: the CPU-run budget the tracer checks before running
   std::string device = "auto";
   uint64_t seed = 0;

@@ -34,7 +34,7 @@ constexpr const char* kProgramColumns =
     "COALESCE(kind, ''), COALESCE(device, ''), COALESCE(fallback, ''), COALESCE(attn_implementation, ''), "
     "COALESCE(dtype, ''), COALESCE(layers_json, ''), COALESCE(torch_version, ''), "
     "COALESCE(transformers_version, ''), calls, cases, unsupported_calls, value_count, COALESCE(estimated_gb, 0), "
-    "COALESCE(seconds, 0), COALESCE(peak_rss_mb, 0), captured_at";
+    "COALESCE(seconds, 0), COALESCE(peak_rss_mb, 0), captured_at, max_experts";
 
 ProgramRecord ReadProgramRow(const Statement& s) {
   ProgramRecord r;
@@ -70,6 +70,7 @@ ProgramRecord ReadProgramRow(const Statement& s) {
   r.seconds = s.Double(c++);
   r.peak_rss_mb = s.Double(c++);
   r.captured_at = s.Text(c++);
+  r.max_experts = s.Int(c++);
   r.info.model_id = r.model_id;
   r.info.profile = r.profile;
   r.info.tracer_version = r.tracer_version;
@@ -96,10 +97,10 @@ Status Registry::StoreProgram(const ModelRecord& model, ProgramRecord* rec, cons
         "INSERT INTO programs(model_id, profile, tracer_version, max_layers, config_sha256, status, stage, reason, "
         "exception, class_name, model_type, kind, device, fallback, attn_implementation, dtype, layers_json, "
         "torch_version, transformers_version, value_count, estimated_gb, seconds, peak_rss_mb, max_gb, "
-        "device_option, seed) "
+        "device_option, seed, max_experts) "
         "VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULLIF(?7, ''), NULLIF(?8, ''), NULLIF(?9, ''), NULLIF(?10, ''), "
         "NULLIF(?11, ''), NULLIF(?12, ''), NULLIF(?13, ''), NULLIF(?14, ''), NULLIF(?15, ''), NULLIF(?16, ''), "
-        "NULLIF(?17, ''), NULLIF(?18, ''), NULLIF(?19, ''), ?20, ?21, ?22, ?23, ?24, ?25, ?26) RETURNING program_id"));
+        "NULLIF(?17, ''), NULLIF(?18, ''), NULLIF(?19, ''), ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27) RETURNING program_id"));
     ins.Bind(1, rec->model_id).Bind(2, rec->profile).Bind(3, rec->tracer_version).Bind(4, rec->max_layers);
     ins.Bind(5, rec->config_sha256).Bind(6, rec->status).Bind(7, rec->stage).Bind(8, rec->reason);
     ins.Bind(9, rec->exception).Bind(10, info.class_name).Bind(11, info.model_type).Bind(12, info.kind);
@@ -107,6 +108,7 @@ Status Registry::StoreProgram(const ModelRecord& model, ProgramRecord* rec, cons
     ins.Bind(17, info.layers_json).Bind(18, info.torch_version).Bind(19, info.transformers_version);
     ins.Bind(20, info.value_count).Bind(21, info.estimated_gb).Bind(22, rec->seconds).Bind(23, rec->peak_rss_mb);
     ins.Bind(24, rec->max_gb).Bind(25, rec->device_option).Bind(26, static_cast<int64_t>(rec->seed));
+    ins.Bind(27, rec->max_experts);
     COV_ASSIGN_OR_RETURN(bool row, ins.Step());
     if (!row) return Status::Internal("INSERT of a program returned no id");
     rec->program_id = ins.Int(0);

@@ -253,6 +253,7 @@ struct ProgramRecord {
   std::string profile;
   int tracer_version = 0;
   int64_t max_layers = 0;
+  int64_t max_experts = 0;    // the tracer's --max-experts (0: every expert)
   std::string config_sha256;  // of the config text traced
   double max_gb = 0;          // the tracer's CPU-run budget
   std::string device_option = "auto";

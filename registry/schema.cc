@@ -549,6 +549,14 @@ constexpr std::string_view kV12 = R"sql(
 ALTER TABLE program_calls ADD COLUMN decomposition TEXT;  -- JSON array of op names; NULL for other calls
 )sql";
 
+// Version 13: the tracer cuts mixture-of-experts layers to --max-experts
+// experts (capture/tracer/README.md, Experts); a program records the cut it
+// was traced with, so another cut traces it again. Programs stored before
+// kept every expert.
+constexpr std::string_view kV13 = R"sql(
+ALTER TABLE programs ADD COLUMN max_experts INTEGER NOT NULL DEFAULT 0;  -- --max-experts; 0: every expert
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -565,6 +573,7 @@ const std::vector<Migration>& Migrations() {
       {10, "op cases from PyTorch's OpInfo samples", kV10},
       {11, "runs in the order they were recorded; the fastest warm call of each result", kV11},
       {12, "the trace device's decomposition of calls recorded whole", kV12},
+      {13, "the expert cut a program was traced with", kV13},
   };
   return kMigrations;
 }

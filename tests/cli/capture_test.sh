@@ -55,7 +55,7 @@ check "an unknown model_type is stored as not built, with the type" \
 check "the summary names the reasons" contains "$TMP/cap.out" "not_built (build): The hidden size (50)"
 
 "$BIN" -q --registry "$DB" capture --models "$MODELS" --model tiny/llama --profile train >"$TMP/train.out" 2>&1
-check "llama train is captured" test "$(q "SELECT status || '/' || device FROM programs WHERE model_id='tiny/llama' AND profile='train'")" = captured/cpu
+check "llama train is captured, on meta" test "$(q "SELECT status || '/' || device FROM programs WHERE model_id='tiny/llama' AND profile='train'")" = captured/meta
 check "train has forward, backward and optimizer calls" \
   test "$(q "SELECT group_concat(phase) FROM (SELECT DISTINCT phase FROM program_calls pc JOIN programs p USING(program_id) WHERE p.model_id='tiny/llama' AND p.profile='train' ORDER BY phase)")" = "backward,forward,optimizer"
 check "the loss's backward is in the program" \
@@ -72,6 +72,20 @@ check "and adds no cases" test "$(q "SELECT COUNT(*) FROM op_cases")" -eq "$n"
 check "the same config twice gives the same keys, call by call" test "$(keys)" = "$before"
 check "a recapture replaces provenance" \
   test "$(q "SELECT COUNT(*) FROM programs WHERE model_id='tiny/llama' AND profile='prefill'")" -eq 1
+
+check "the expert cut is stored (tiny/mixtral's 4 experts are under the default 8)" \
+  test "$(q "SELECT max_experts || ':' || (layers_json LIKE '%experts%') FROM programs WHERE model_id='tiny/mixtral' AND profile='prefill'")" = "8:0"
+"$BIN" -q --registry "$DB" capture --models "$MODELS" --model tiny/mixtral --profile prefill --max-experts 2 \
+  >"$TMP/experts.out" 2>&1
+check "another expert cut traces the pair again" contains "$TMP/experts.out" "1 captured"
+check "with the cut and the true count recorded" \
+  test "$(q "SELECT max_experts || ' ' || layers_json FROM programs WHERE model_id='tiny/mixtral' AND profile='prefill'")" = \
+  '2 {"num_hidden_layers":{"kept":2,"of":2},"num_local_experts":{"kept":2,"of":4}}'
+check "and the router has one row per kept expert" \
+  test "$(q "SELECT json_extract(tensor_json, '\$.shape[0]') FROM program_values v JOIN programs p USING(program_id) WHERE p.model_id='tiny/mixtral' AND p.profile='prefill' AND v.name='model.layers.0.mlp.gate.weight'")" = 2
+"$BIN" -q --registry "$DB" capture --models "$MODELS" --model tiny/mixtral --profile prefill --max-experts -1 \
+  >"$TMP/experts_bad.out" 2>&1
+check "a negative --max-experts is refused, naming the flag" test $? -eq 2 -a -n "$(grep -- --max-experts "$TMP/experts_bad.out")"
 
 "$BIN" --registry "$DB" registry programs >"$TMP/list.out" 2>&1
 check "registry programs lists the pairs" contains "$TMP/list.out" "tiny/whisper"

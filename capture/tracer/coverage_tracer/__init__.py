@@ -3,7 +3,7 @@
 See README.md beside this package for the command line and record format.
 """
 
-TRACER_VERSION = 4
+TRACER_VERSION = 5
 
 from .trace import Options, trace  # noqa: E402
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 
@@ -19,6 +20,9 @@ def _parser(profile_names):
     p.add_argument("--profile", required=True, help="input profile: " + ", ".join(profile_names))
     p.add_argument("--model-id", default="", help="model id written in the records (default: the config's _name_or_path)")
     p.add_argument("--max-layers", type=int, default=2, help="cut every repeated stack to this many layers (default 2)")
+    p.add_argument("--max-experts", type=int, default=8,
+                   help="cut every mixture-of-experts layer to this many experts, at least the router's top-k; "
+                        "0 keeps them all (default 8)")
     p.add_argument("--device", default="auto", choices=["auto", "meta", "cpu"],
                    help="auto: meta when every call runs there, else cpu (default)")
     p.add_argument("--max-gb", type=float, default=4.0, help="memory budget for a CPU run, in GB (default 4)")
@@ -163,8 +167,10 @@ def main(argv=None) -> int:
         return _usage_error(parser, f"--profile: unknown profile {args.profile!r} (known: {', '.join(sorted(profiles))})")
     if args.max_layers < 1:
         return _usage_error(parser, "--max-layers must be at least 1")
-    if not args.max_gb > 0:
-        return _usage_error(parser, "--max-gb must be positive")
+    if args.max_experts < 0:
+        return _usage_error(parser, "--max-experts must be 0 (keep every expert) or positive")
+    if not (args.max_gb > 0 and math.isfinite(args.max_gb)):
+        return _usage_error(parser, f"--max-gb must be a positive finite number, not {args.max_gb}")
     try:
         text = sys.stdin.read() if args.config == "-" else open(args.config).read()
     except OSError as e:
@@ -189,7 +195,8 @@ def main(argv=None) -> int:
             records, code = [error_record("config", e)], EXIT_FAILED
         else:
             opts = Options(profile=args.profile, model_id=args.model_id, max_layers=args.max_layers,
-                           device=args.device, max_gb=args.max_gb, seed=args.seed, profiles_path=args.profiles)
+                           max_experts=args.max_experts, device=args.device, max_gb=args.max_gb, seed=args.seed,
+                           profiles_path=args.profiles)
             records, code = trace(config, opts)
     finally:
         sys.stdout.flush()

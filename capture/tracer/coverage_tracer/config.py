@@ -189,6 +189,61 @@ def reduce_layers(d: dict, max_layers: int, prefix: str = "") -> dict:
     return layers
 
 
+# The experts of a mixture-of-experts layer: every expert has the same
+# shapes, so the count is a repeated width, like depth, not a dimension.
+EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+# How many experts the router picks per token (its top-k): never changed.
+_TOP_K_FIELDS = ("num_experts_per_tok", "num_experts_per_token", "experts_per_token", "top_k_experts",
+                 "moe_topk", "moe_k")
+# Group-limited routing (DeepSeek-V3: the experts fall in n_group groups, a
+# group scores as its best two experts, topk_group groups are kept).
+_GROUP_FIELDS = ("n_group", "n_groups", "num_expert_group")
+
+
+def _positive(d: dict, fields) -> int:
+    for key in fields:
+        v = d.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return 0
+
+
+def kept_experts(of: int, max_experts: int, top_k: int, groups: int, topk_group: int) -> int:
+    """How many of `of` experts a cut to `max_experts` keeps: at least the
+    router's top-k; with group-limited routing, the same number in every
+    group, at least two per group (a group scores as its best two), and
+    enough in the groups kept to hold the top-k."""
+    want = max(max_experts, top_k, 1)
+    if groups > 1 and of % groups == 0:
+        per = max(2, -(-want // groups), -(-top_k // max(topk_group or groups, 1)))
+        want = per * groups
+    return min(of, want)
+
+
+def reduce_experts(d: dict, max_experts: int, prefix: str = "") -> dict:
+    """Cuts the expert count of every MoE config in `d` (in place) to
+    `max_experts` (see kept_experts); the router's top-k, the experts'
+    widths and shared experts are kept. Returns {field path: {"kept": n,
+    "of": N}} like reduce_layers; max_experts <= 0 keeps every expert."""
+    cuts: dict = {}
+    if max_experts > 0:
+        top_k = _positive(d, _TOP_K_FIELDS)
+        groups = _positive(d, _GROUP_FIELDS)
+        topk_group = _positive(d, ("topk_group",))
+        for key in EXPERT_FIELDS:
+            of = d.get(key)
+            if not isinstance(of, int) or isinstance(of, bool) or of <= 0:
+                continue
+            n = kept_experts(of, max_experts, top_k, groups, topk_group)
+            if n < of:
+                d[key] = n
+                cuts[prefix + key] = {"kept": n, "of": of}
+    for key, v in d.items():
+        if _is_subconfig(key, v):
+            cuts.update(reduce_experts(v, max_experts, prefix + key + "."))
+    return cuts
+
+
 def zero_dropout(d: dict) -> None:
     """Sets every dropout-like probability in `d` (recursively) to 0."""
     for key, v in d.items():
@@ -200,13 +255,15 @@ def zero_dropout(d: dict) -> None:
             d[key] = 0.0
 
 
-def prepare_config(config_dict: dict, max_layers: int, model_id: str):
-    """(config object, layers record) for the reduced, dropout-free config."""
+def prepare_config(config_dict: dict, max_layers: int, model_id: str, max_experts: int = 0):
+    """(config object, cuts record) for the reduced, dropout-free config:
+    the cuts of depth and of experts, each {"kept": n, "of": N}."""
     first = load_config(config_dict, model_id)
     full = first.to_dict()
     for key in ("_name_or_path", "transformers_version"):
         full.pop(key, None)
     layers = reduce_layers(full, max_layers)
+    layers.update(reduce_experts(full, max_experts))
     zero_dropout(full)
     return load_config(full, model_id), layers
 

@@ -57,12 +57,17 @@ class MetaFunctions(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _stand_in(self, t):
+        """A CPU tensor of t's spec, needing a gradient where t does: the
+        CPU chooser refuses the flash kernel for a mask that needs one (T5's
+        learned position bias in training)."""
         if t is None:
             return None
         shadow = self._shadows.get(t) if t.is_meta else None
         if shadow is not None:
-            return shadow
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+            stand_in = shadow.detach()
+        else:
+            stand_in = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
+        return stand_in.requires_grad_(t.requires_grad)
 
     def _cpu_choice(self, q, k, v, mask, dropout_p, is_causal, scale, gqa) -> int:
         with _disable_current_modes(), torch._C.DisableTorchFunction():

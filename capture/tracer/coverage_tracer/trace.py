@@ -33,6 +33,7 @@ class Options:
     profile: str
     model_id: str = ""
     max_layers: int = 2
+    max_experts: int = 8  # 0 keeps every expert
     device: str = "auto"  # auto | meta | cpu
     max_gb: float = 4.0
     seed: int = 0
@@ -153,7 +154,7 @@ def _trace(config_dict, opts, t0):
         raise _Failed(error_record("config", reason="config.json must hold a JSON object", exception="ValueError"))
     model_id = opts.model_id or config_dict.get("_name_or_path", "")
     try:
-        config, layers = prepare_config(config_dict, opts.max_layers, model_id)
+        config, layers = prepare_config(config_dict, opts.max_layers, model_id, opts.max_experts)
     except Exception as e:  # noqa: BLE001 - the library's message is the reason
         raise _Failed(error_record("config", e))
 
@@ -182,8 +183,9 @@ def _trace(config_dict, opts, t0):
     estimate = estimate_bytes(meta_model, config, profile)
 
     if opts.device == "auto":
-        # Training needs real gradients and optimizer state: always CPU.
-        attempts = ["cpu"] if profile.training else ["meta", "cpu"]
+        # Training too: autograd and the optimizer run on meta tensors (the
+        # gradients and AdamW's moments are meta tensors, shapes only).
+        attempts = ["meta", "cpu"]
     else:
         attempts = [opts.device]
 
@@ -191,8 +193,6 @@ def _trace(config_dict, opts, t0):
     for device in attempts:
         if device == "cpu" and estimate > opts.max_gb * GB:
             why = f"a CPU run is needed ({fallback})" if fallback else "a CPU run is needed"
-            if profile.training:
-                why = "training runs on CPU"
             raise _Failed(error_record(
                 "budget", reason=f"{why} but the estimated parameter+activation size {estimate / GB:.2f} GB "
                                  f"exceeds --max-gb {opts.max_gb:g}", exception="MemoryError"))

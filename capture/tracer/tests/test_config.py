@@ -1,6 +1,6 @@
 """Depth reduction and init-rule classification, on plain dictionaries."""
 
-from coverage_tracer.config import reduce_layers, zero_dropout
+from coverage_tracer.config import reduce_experts, reduce_layers, zero_dropout
 from coverage_tracer.initrules import classify
 
 
@@ -111,3 +111,33 @@ def test_init_rules_from_call_history():
     assert classify([("create:zeros", {})]) == {"rule": "zeros"}
     assert classify([("create:reciprocal", {})])["rule"] == "other"
     assert classify([])["rule"] == "other"
+
+
+def test_experts_are_cut_and_the_routers_top_k_is_kept():
+    # Qwen3-MoE: 128 experts, top-8 of them; a cut to 4 keeps 8 (the top-k).
+    d = {"num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "n_shared_experts": 1}
+    assert reduce_experts(d, 4) == {"num_experts": {"kept": 8, "of": 128}}
+    assert d["num_experts_per_tok"] == 8 and d["moe_intermediate_size"] == 768 and d["n_shared_experts"] == 1
+    # Mixtral: 8 experts, top-2: a cut to 8 cuts nothing.
+    mixtral = {"num_local_experts": 8, "num_experts_per_tok": 2}
+    assert reduce_experts(mixtral, 8) == {} and mixtral["num_local_experts"] == 8
+    # 0 keeps every expert.
+    assert reduce_experts({"n_routed_experts": 256}, 0) == {}
+
+
+def test_group_limited_routing_keeps_two_experts_in_every_group():
+    # DeepSeek-V3: 256 experts in 8 groups, 4 groups kept, top-8: a group
+    # scores as its best two experts, so each of the 8 groups keeps 2.
+    d = {"n_routed_experts": 256, "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8}
+    assert reduce_experts(d, 8) == {"n_routed_experts": {"kept": 16, "of": 256}}
+    # Top-k larger than the kept groups can hold at two each: more per group.
+    wide = {"n_routed_experts": 160, "n_group": 8, "topk_group": 2, "num_experts_per_tok": 6}
+    reduce_experts(wide, 8)
+    assert wide["n_routed_experts"] == 24  # 3 per group, 2 groups hold the top-6
+
+
+def test_experts_are_cut_in_sub_configs():
+    d = {"model_type": "llama4", "text_config": {"model_type": "llama4_text", "num_local_experts": 128,
+                                                 "num_experts_per_tok": 1},
+         "vision_config": {"model_type": "llama4_vision_model", "num_hidden_layers": 2}}
+    assert reduce_experts(d, 8) == {"text_config.num_local_experts": {"kept": 8, "of": 128}}

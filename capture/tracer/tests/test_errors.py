@@ -69,6 +69,10 @@ def test_command_line_exit_codes(tmp_path):
     assert done.returncode == 3 and json.loads(done.stdout)["stage"] == "config"
     done = _cli("--config", str(bad), "--profile", "prefill", "--max-layers", "0")
     assert done.returncode == 2 and "--max-layers" in done.stderr and done.stdout == ""
+    done = _cli("--config", str(bad), "--profile", "prefill", "--max-experts", "-1")
+    assert done.returncode == 2 and "--max-experts" in done.stderr and done.stdout == ""
+    done = _cli("--config", str(bad), "--profile", "prefill", "--max-gb", "inf")
+    assert done.returncode == 2 and "--max-gb" in done.stderr and done.stdout == ""
     done = _cli("--config", str(bad), "--profile", "nope")
     assert done.returncode == 2 and "--profile" in done.stderr
     done = _cli("--config", str(tmp_path / "missing.json"), "--profile", "prefill")

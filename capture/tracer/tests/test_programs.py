@@ -176,7 +176,8 @@ def test_train_records_forward_backward_and_adamw():
     records, code = run("llama", "train")
     assert code == 0
     check_well_formed(records)
-    assert records[0]["device"] == "cpu"
+    # Autograd and AdamW run on meta tensors: no weights, gradients or moments allocated.
+    assert records[0]["device"] == "meta"
     program = calls(records)
     phases = [c["phase"] for c in program]
     assert phases == sorted(phases, key=["forward", "backward", "optimizer"].index)
@@ -354,6 +355,58 @@ def test_forced_meta_failure_is_a_run_error(monkeypatch):
 
 
 def test_budget_refusal_names_budget_and_estimate():
-    records, code = run("llama", "train", max_gb=1e-6)
+    records, code = run("llama", "train", max_gb=1e-6, device="cpu")
     assert code == 3 and records[0]["stage"] == "budget"
     assert "--max-gb 1e-06" in records[0]["reason"] and "GB" in records[0]["reason"]
+    # On meta the budget does not apply: nothing is allocated.
+    records, code = run("llama", "train", max_gb=1e-6)
+    assert code == 0 and records[0]["device"] == "meta"
+
+
+def test_train_on_meta_records_the_cpus_program():
+    meta, code = run("llama", "train")
+    cpu, cpu_code = run("llama", "train", device="cpu")
+    assert code == 0 and cpu_code == 0 and cpu[0]["device"] == "cpu"
+    assert _strip_domains(meta[1:-1]) == _strip_domains(cpu[1:-1])
+
+
+def test_t5_train_on_meta_takes_the_cpus_attention_kernel():
+    # T5's learned position bias is the attention mask and needs a gradient:
+    # the CPU's chooser then refuses the flash kernel. On meta the chooser is
+    # asked on stand-ins that need a gradient too, so both record the math path.
+    meta, code = run("t5", "train")
+    cpu, cpu_code = run("t5", "train", device="cpu")
+    assert code == 0 and cpu_code == 0 and meta[0]["device"] == "meta"
+    check_well_formed(meta)
+    decompositions = lambda records: [c.get("decomposition") for c in calls(records, op=SDPA)]
+    assert decompositions(meta) == decompositions(cpu) and decompositions(meta)
+    # Self-attention takes the bias: the math path; cross-attention has none: flash.
+    for c in calls(meta, op=SDPA):
+        flash = any("flash" in d for d in c["decomposition"])
+        assert flash == c["module"].endswith("EncDecAttention"), c["module"]
+    # The rest is the CPU's program but for _shift_right's write of a Python
+    # number into a slice: lift_fresh + fill_ on CPU, scalar_tensor + view +
+    # expand + copy_ elsewhere.
+    ops = lambda records: [c["op"] for c in calls(records) if c["module"] != ""]
+    assert ops(meta) == ops(cpu)
+
+
+def test_experts_cut_keeps_each_experts_shapes():
+    records, code = run("mixtral", "prefill", max_experts=2)
+    assert code == 0
+    assert records[0]["layers"]["num_local_experts"] == {"kept": 2, "of": 4}
+    full, _ = run("mixtral", "prefill")
+    assert "num_local_experts" not in full[0]["layers"]  # 4 experts: under the default cut of 8
+
+    def expert_weights(records):
+        return {v["name"]: v["tensor"]["shape"] for v in values(records, kind="parameter") if ".mlp." in v["name"]}
+
+    cut, whole = expert_weights(records), expert_weights(full)
+    assert cut.keys() == whole.keys()
+    for name, shape in cut.items():
+        # The router has one row per expert, the stacked expert weights one
+        # slab per expert; every other dimension is the real one.
+        assert shape[0] == (2 if whole[name][0] == 4 else whole[name][0]) and shape[1:] == whole[name][1:], name
+    # The router's top-k is the config's.
+    (topk,) = [c for c in calls(records, op="aten::topk") if c["module"] == "model.layers.0.mlp.gate"]
+    assert topk["args"][1]["i"] == 2
