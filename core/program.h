@@ -87,14 +87,12 @@ struct Program {
 };
 
 // What replaying a program costs, estimated from its records before running
-// it: FLOPs summed over the calls (core/cost.h, from their arguments), the
-// bytes of its leaves, and the largest set of values alive at once when each
-// is dropped after its last read (a value's size is known from the first
-// call that reads it; a value nothing reads counts as nothing).
+// it: FLOPs summed over the calls (core/cost.h, from their arguments) and the
+// bytes of its leaves. Its memory is replay::EstimateMemory's (it runs the
+// calls on the meta device).
 struct ProgramFootprint {
   double flops = 0;
   double leaf_bytes = 0;
-  double peak_bytes = 0;
 };
 ProgramFootprint EstimateFootprint(const Program& program);
 

@@ -366,6 +366,7 @@ struct TrainTrace {
   std::vector<double> ref_loss, dev_loss;                 // per step
   std::vector<std::vector<double>> ref_grads, dev_grads;  // per step, per gradient
   std::vector<Replayer::ParameterState> params;           // after the last step
+  int64_t peak_live_bytes = 0;                            // both sides' tensors at most (Replayer)
 };
 
 struct TrainRun {
@@ -391,6 +392,7 @@ TrainRun Train(const Program& program, Backend* backend, const ProgramReplayOpti
     t.dev_grads.push_back(s.dev_grad_norms);
   }
   t.params = r.Parameters();
+  t.peak_live_bytes = r.peak_live_bytes();
   return {{}, std::move(t)};
 }
 
@@ -530,6 +532,7 @@ ModelItemResult ReplayTraining(const Program& program, Backend& backend, const P
       if (run.failure.call >= 0) item.detail["failed_call"] = run.failure.call;
     } else {
       const TrainTrace& t = run.trace;
+      item.detail["replay"] = {{"peak_live_bytes", t.peak_live_bytes}};
       DType dt = DType::kFloat32;
       for (const auto& v : program.values) {
         if (v.kind == "parameter" && v.tensor && IsFloatingDType(v.tensor->dtype)) {
@@ -641,6 +644,75 @@ std::vector<std::string> ModuleKinds(const Program& program) {
     if (seen.insert(kind_of(c.module)).second) out.push_back(c.module);
   }
   return out;
+}
+
+// Note [Memory estimate]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Whether a model-level stage fits --max-gb is decided before it runs, from
+// the program alone: the reference's side is replayed on the meta device
+// (Mode::kShapes: every call's real output sizes and views, no memory), with
+// the replay's own liveness (each value dropped after its last read, the
+// outputs nothing reads kept for judging, training's parameters carried),
+// storages counted once however many views look into them. Per call that
+// gives the bytes alive on one side (L), the same in float64 (L64), the
+// bytes its outputs created (F) and the fp32 operands the backend declares
+// rounded (R, Note [Declared numerics]). The stage holds at most the larger of
+//   replay: 2 L + F + 1.5 R (+ P, the first parameters kept in training)
+//     the backend's side mirrors the reference's; a backend that is not the
+//     CPU returns each result through a host copy (F), and a declared op's
+//     operands are rounded in a bf16 copy widened back (1.5 R, one side at
+//     a time);
+//   golden: L64 + 2 J (J: the judged outputs at the end, the backend's and
+//     the reference's; in training 3 P: the first parameters, the
+//     reference's and the backend's after the last step)
+//     the fp64 golden runs after the replay, while its verdicts wait.
+// Calls without a meta kernel (or with value-dependent sizes) get their
+// outputs' sizes from the calls that read them. The estimate counts tensor
+// bytes; the allocator's and the libraries' own memory is the margin the
+// worker's ceiling leaves (bench/README.md measures both).
+MemoryEstimate EstimateMemory(const Program& program, const std::string& stage, const ProgramReplayOptions& options,
+                              bool backend_copies) {
+  MemoryEstimate e;
+  const bool train = stage == "train";
+  try {
+    programs::Replayer r(program, nullptr, options);
+    programs::Failure f = r.Prepare();
+    if (train && f.outcome == Outcome::kPass) r.CarryParameters(/*keep_initial=*/false);
+    if (f.outcome == Outcome::kPass) f = r.Run(programs::Mode::kShapes);
+    if (f.outcome != Outcome::kPass) {
+      e.error = f.message;
+      return e;
+    }
+    double params = 0;
+    for (const auto& v : program.values) {
+      if (v.kind == "parameter" && v.tensor) {
+        params += static_cast<double>(v.tensor->StorageNumel()) * static_cast<double>(DTypeSize(v.tensor->dtype));
+      }
+    }
+    const auto& samples = r.shape_samples();
+    double carried = 0;
+    if (train) {
+      for (const auto& v : program.values) {
+        if ((v.kind == "parameter" || v.kind == "buffer") && v.tensor) {
+          carried += static_cast<double>(v.tensor->StorageNumel()) * static_cast<double>(DTypeSize(v.tensor->dtype));
+        }
+      }
+    }
+    const double judged = samples.empty() ? 0 : std::max(0.0, static_cast<double>(samples.back().live) - carried);
+    for (const auto& s : samples) {
+      const double replay = 2.0 * static_cast<double>(s.live) + (backend_copies ? static_cast<double>(s.fresh) : 0.0) +
+                            1.5 * static_cast<double>(s.rounded) + (train ? params : 0.0);
+      const double golden = static_cast<double>(s.live64) + (train ? 3.0 * params : 2.0 * judged);
+      e.replay_bytes = std::max(e.replay_bytes, replay);
+      e.golden_bytes = std::max(e.golden_bytes, golden);
+    }
+    e.calls_without_shapes = r.calls_without_shapes();
+  } catch (const std::exception& ex) {
+    e.error = "internal error in coverage while sizing the program: " + FirstLine(ex.what(), 500);
+    return e;
+  }
+  e.bytes = std::max(e.replay_bytes, e.golden_bytes);
+  return e;
 }
 
 std::vector<ModelItemResult> RunProgramStage(const std::string& stage, const Program& program, Backend& backend,

@@ -64,6 +64,22 @@ ModelItemResult ReplayModule(const Program& program, const std::string& module, 
 // step against how far the reference's moved. The item is "train".
 ModelItemResult ReplayTraining(const Program& program, Backend& backend, const ProgramReplayOptions& options);
 
+// What replaying a program in a model-level stage holds in memory at most,
+// estimated before it runs (Note [Memory estimate] in program_replay.cc):
+// the replay with reference and backend side by side, and the fp64 golden
+// with what the replay keeps for it. `backend_on_host` says the backend's
+// tensors are not the CPU's own (every backend but cpu): its results then
+// pass through copies.
+struct MemoryEstimate {
+  double bytes = 0;         // the larger of the two phases
+  double replay_bytes = 0;  // both sides, the judged outputs, the call's copies
+  double golden_bytes = 0;  // the fp64 golden, with what the replay keeps for it
+  int64_t calls_without_shapes = 0;  // calls without a meta kernel: outputs sized by their readers
+  std::string error;        // the program cannot be sized (a call that cannot be built); bytes stays 0
+};
+MemoryEstimate EstimateMemory(const Program& program, const std::string& stage, const ProgramReplayOptions& options,
+                              bool backend_copies);
+
 // The module paths a module stage checks: the first instance of each module
 // kind (the path with its layer indices dropped: model.layers.0.mlp and
 // model.layers.1.mlp are one kind) that made calls of its own in the

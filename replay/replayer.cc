@@ -229,6 +229,14 @@ Failure Replayer::Run(Mode mode, const std::set<std::string>& modules) {
   module_calls_.clear();
   normed_.clear();
   step_ = StepRecord{};
+  shape_samples_.clear();
+  calls_without_shapes_ = 0;
+  if (mode_ == Mode::kShapes) {
+    // Carried values are there from the start of every pass but the first.
+    for (int64_t id : carried_) {
+      if (auto made = Ref(id); !made) return {Outcome::kSkipped, made.error().message()};
+    }
+  }
   // Note [Random calls]: the reference's draws depend on the seed only.
   at::manual_seed(options_.check.seed);
   c10::InferenceMode inference_mode;
@@ -327,10 +335,16 @@ at::Tensor Replayer::MakeLeaf(const ProgramValue& v, bool to_double) {
 void Replayer::Track(const at::Tensor& t, int delta) {
   if (!t.defined() || !t.has_storage()) return;
   const void* key = t.storage().unsafeGetStorageImpl();
-  int& n = storages_[key];
-  if (delta > 0 && n++ == 0) live_bytes_ += static_cast<int64_t>(t.storage().nbytes());
-  if (delta < 0 && --n == 0) {
-    live_bytes_ -= static_cast<int64_t>(t.storage().nbytes());
+  LiveStorage& s = storages_[key];
+  const auto bytes = static_cast<int64_t>(t.storage().nbytes());
+  if (delta > 0 && s.refs++ == 0) {
+    live_bytes_ += bytes;
+    s.bytes64 = t.is_floating_point() ? bytes / static_cast<int64_t>(t.element_size()) * 8 : bytes;
+    live_bytes64_ += s.bytes64;
+  }
+  if (delta < 0 && --s.refs == 0) {
+    live_bytes_ -= bytes;
+    live_bytes64_ -= s.bytes64;
     storages_.erase(key);
   }
   peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
@@ -363,7 +377,14 @@ Result<at::Tensor> Replayer::Ref(int64_t id) {
     return Status::InvalidArgument(fmt::format("value {} ('{}') cannot be made: {}", id, leaf->second->name,
                                                leaf->second->unsupported));
   }
-  at::Tensor t = MakeLeaf(*leaf->second, mode_ == Mode::kGolden);
+  at::Tensor t;
+  if (mode_ == Mode::kShapes && leaf->second->scalar.is_null()) {
+    const TensorSpec& spec = *leaf->second->tensor;
+    t = at::empty({spec.StorageNumel()}, at::TensorOptions().dtype(ToScalarType(spec.dtype)).device(c10::kMeta))
+            .as_strided(spec.shape, spec.strides, spec.storage_offset);
+  } else {
+    t = MakeLeaf(*leaf->second, mode_ == Mode::kGolden);
+  }
   Put(ref_, id, t);
   if (record_initial_ && leaf->second->kind == "parameter") initial_[id] = t.clone();
   return t;
@@ -599,6 +620,8 @@ bool Replayer::ReadLater(int64_t id, int64_t index) const {
 void Replayer::Release(const ProgramCall& call) {
   for (const auto* ids : {&call.inputs, &call.outputs}) {
     for (int64_t id : *ids) {
+      // kShapes keeps what the replay judges (the outputs nothing reads), as kFree's judged_ does.
+      if (mode_ == Mode::kShapes && ids == &call.outputs && !ReadLater(id, call.index)) continue;
       if (id >= 0 && !ReadLater(id, call.index) && !carried_.count(id)) {
         Drop(ref_, id);
         Drop(dev_, id);
@@ -651,8 +674,78 @@ Failure Replayer::ReferenceFirst(const ProgramCall& call, const Op& op, const Fa
   return r.outcome == Outcome::kPass ? backend : r;
 }
 
+Failure Replayer::MeasureCall(const ProgramCall& call, const Op& op) {
+  auto stack = BuildStack(
+      call, op, [&](int64_t id, bool) { return Ref(id); }, c10::Device(c10::kMeta), false);
+  if (!stack) {
+    return {Outcome::kSkipped, fmt::format("call {} ({}): {}", call.index, Qualified(call), stack.error().message()),
+            call.index};
+  }
+  ShapeSample sample;
+  if (const auto* names = options_.check.comparison.numerics.OperandsOf(call.op)) {
+    const auto& args = op.handle.schema().arguments();
+    for (size_t i = 0; i < args.size() && i < stack->size(); ++i) {
+      if (op.mutated[i] || !(*stack)[i].isTensor()) continue;
+      if (!names->empty() && std::find(names->begin(), names->end(), args[i].name()) == names->end()) continue;
+      const at::Tensor& t = (*stack)[i].toTensor();
+      if (t.defined() && t.scalar_type() == at::kFloat) sample.rounded += t.numel() * 4;
+    }
+  }
+  std::vector<c10::IValue> outputs;
+  try {
+    op.handle.callBoxed(&*stack);
+    outputs = FlattenReturns(*stack);
+  } catch (const std::exception&) {
+    outputs.clear();  // no meta kernel, or sizes that depend on values
+  }
+  if (outputs.size() != call.outputs.size()) {
+    // Sized as the calls that read them see them; an output nothing reads is not known.
+    ++calls_without_shapes_;
+    if (read_specs_.empty()) {
+      for (const auto& c : program_.calls) {
+        if (!c.op_case) continue;
+        size_t k = 0;
+        for (const auto& a : c.op_case->args) {
+          if (a.kind == Argument::Kind::kTensor && k < c.inputs.size()) read_specs_.emplace(c.inputs[k++], &a.tensor);
+          if (a.kind != Argument::Kind::kTensorList) continue;
+          for (const auto& t : a.tensors) {
+            if (k < c.inputs.size() && t) read_specs_.emplace(c.inputs[k], &*t);
+            ++k;
+          }
+        }
+      }
+    }
+    outputs.assign(call.outputs.size(), c10::IValue());
+    for (size_t k = 0; k < call.outputs.size(); ++k) {
+      auto spec = read_specs_.find(call.outputs[k]);
+      if (spec == read_specs_.end()) continue;
+      const TensorSpec& s = *spec->second;
+      outputs[k] = at::empty({s.StorageNumel()}, at::TensorOptions().dtype(ToScalarType(s.dtype)).device(c10::kMeta))
+                       .as_strided(s.shape, s.strides, s.storage_offset);
+    }
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const int64_t id = call.outputs[k];
+    if (id < 0 || !outputs[k].isTensor()) continue;
+    const at::Tensor& t = outputs[k].toTensor();
+    if (t.defined() && t.has_storage() && !storages_.count(t.storage().unsafeGetStorageImpl())) {
+      sample.fresh += static_cast<int64_t>(t.storage().nbytes());
+    }
+    Put(ref_, id, t);
+  }
+  sample.live = live_bytes_;
+  sample.live64 = live_bytes64_;
+  shape_samples_.push_back(sample);
+  return {};
+}
+
 Failure Replayer::Step(const ProgramCall& call) {
   const Op& op = ops_[static_cast<size_t>(call.index)];
+  if (mode_ == Mode::kShapes) {
+    Failure f = MeasureCall(call, op);
+    if (f.outcome == Outcome::kPass) Release(call);
+    return f;
+  }
   std::vector<c10::IValue> want;
   // kFree and kModule need the backend's inputs built before the reference
   // writes in place into its own.

@@ -38,6 +38,15 @@ enum class Mode {
   kLocate,  // reference; each call also on the backend from the reference's inputs
   kModule,  // reference; the chosen modules' own calls also on the backend, from the backend's values inside
             // each module and copies of the reference's at its boundary
+  kShapes,  // the reference's side on the meta device: sizes and storages only (Note [Memory estimate])
+};
+
+// kShapes: the reference side's memory as each call ends (Note [Memory estimate]).
+struct ShapeSample {
+  int64_t live = 0;     // bytes of the storages alive, the judged outputs kept
+  int64_t live64 = 0;   // the same with every floating storage in float64 (the golden's)
+  int64_t fresh = 0;    // bytes of the storages the call's outputs created
+  int64_t rounded = 0;  // bytes of the fp32 operands the backend declares rounded (Note [Declared numerics])
 };
 
 struct Failure {
@@ -80,6 +89,10 @@ class Replayer {
 
   const std::vector<Judged>& judged() const { return judged_; }
   int64_t peak_live_bytes() const { return peak_live_bytes_; }
+  // kShapes: one sample per call, and the calls without a meta kernel (their
+  // outputs sized from the calls that read them).
+  const std::vector<ShapeSample>& shape_samples() const { return shape_samples_; }
+  int64_t calls_without_shapes() const { return calls_without_shapes_; }
   int64_t calls_run() const { return calls_run_; }
   double backend_seconds() const { return backend_seconds_; }
   double reference_seconds() const { return reference_seconds_; }
@@ -181,6 +194,9 @@ class Replayer {
 
   Failure Step(const ProgramCall& call);
 
+  // kShapes: one call on meta tensors (Note [Memory estimate]).
+  Failure MeasureCall(const ProgramCall& call, const Op& op);
+
   const Program& program_;
   Backend* backend_;
   const ProgramReplayOptions& options_;
@@ -198,8 +214,15 @@ class Replayer {
   StepRecord step_;
   std::map<std::string, int64_t> module_calls_;
   std::unordered_map<int64_t, at::Tensor> ref_, dev_;
-  std::unordered_map<const void*, int> storages_;
-  int64_t live_bytes_ = 0, peak_live_bytes_ = 0, calls_run_ = 0;
+  struct LiveStorage {
+    int refs = 0;
+    int64_t bytes64 = 0;  // kShapes: its bytes in float64
+  };
+  std::unordered_map<const void*, LiveStorage> storages_;
+  int64_t live_bytes_ = 0, peak_live_bytes_ = 0, calls_run_ = 0, live_bytes64_ = 0;
+  std::vector<ShapeSample> shape_samples_;
+  int64_t calls_without_shapes_ = 0;
+  std::unordered_map<int64_t, const TensorSpec*> read_specs_;  // kShapes: a value's spec where a call reads it
   double backend_seconds_ = 0, reference_seconds_ = 0;
   int64_t reference_upcasts_ = 0;  // Note [Reference upcast]
   int64_t reference_rounded_ = 0;  // Note [Declared numerics]

@@ -156,6 +156,8 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
     for (auto& r : rows) stored[{r.model_id, r.stage}].push_back(std::move(r));
   }
 
+  replay::ProgramReplayOptions replay_options;  // for the memory estimate: the declared numerics
+  replay_options.check = options.checks;
   Progress progress(fmt::format("{} {} on {}", label, summary.run_id, options.backend),
                     static_cast<int64_t>(chosen.size()), options.progress);
   int64_t failing = 0;
@@ -239,24 +241,24 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
           continue;
         }
       }
-      // Memory: the program's largest live set on the backend and the
-      // reference (the fp64 golden's is as large). Training's golden runs
-      // while the first, the reference's and the backend's parameters are
-      // kept for the update check (Note [Training verdicts]).
-      const ProgramFootprint footprint = EstimateFootprint(program);
-      const double bytes = 2 * footprint.peak_bytes + (stage == "train" ? 3 * footprint.leaf_bytes : 0);
+      // Memory: the replay on both sides and the fp64 golden, whichever
+      // holds more (Note [Memory estimate] in replay/program_replay.cc).
+      const replay::MemoryEstimate memory =
+          replay::EstimateMemory(program, stage, replay_options, /*backend_copies=*/options.backend != "cpu");
+      const double bytes = memory.bytes;
       if (bytes > options.max_bytes) {
-        rows.push_back(Skipped(fmt::format("needs about {:.3g} GB to replay (the program's largest live set, on the "
-                                           "backend and the reference{}), over the --max-gb {:.3g} budget",
-                                           bytes / 1e9, stage == "train" ? ", and the parameters kept for the golden" : "",
-                                           options.max_bytes / 1e9),
+        rows.push_back(Skipped(fmt::format("needs about {:.3g} GB to judge ({}: the replay on the backend and the "
+                                           "reference {:.3g} GB, the fp64 golden {:.3g} GB), over the --max-gb {:.3g} "
+                                           "budget",
+                                           bytes / 1e9, memory.replay_bytes >= memory.golden_bytes ? "the replay" : "the golden",
+                                           memory.replay_bytes / 1e9, memory.golden_bytes / 1e9, options.max_bytes / 1e9),
                                family));
         rows.back().result.detail = {{"estimated_bytes", bytes}};
         ++summary.skipped_by_cost;
         COV_RETURN_IF_ERROR(record());
         continue;
       }
-      const double cost = footprint.flops * RunsOf(stage, options.checks);
+      const double cost = EstimateFootprint(program).flops * RunsOf(stage, options.checks);
       if (options.max_model_flops && cost > *options.max_model_flops) {
         rows.push_back(Skipped(fmt::format("estimated {:.3g} FLOPs exceeds --max-model-flops {:.3g}", cost,
                                            *options.max_model_flops),
@@ -284,6 +286,9 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
                         {"captured_on", program.info.device}};
         d["estimated_flops"] = cost;
         d["estimated_bytes"] = bytes;
+        d["estimated_replay_bytes"] = memory.replay_bytes;
+        d["estimated_golden_bytes"] = memory.golden_bytes;
+        if (memory.calls_without_shapes > 0) d["calls_without_shapes"] = memory.calls_without_shapes;
         rows.push_back({.family = family, .result = std::move(item)});
       }
       if (rows.empty()) rows.push_back(Skipped("the program has no module of its own to check", family));

@@ -325,6 +325,76 @@ const char* const kStart =
     R"({"type":"start","tracer_version":3,"model":"t/small","profile":"prefill","class":"Small","model_type":"small",)"
     R"("kind":"vision","torch":"","transformers":"","device":"meta","layers":{},"dtype":"f32","estimated_gb":0})";
 
+// Note [Memory estimate]: sized on meta with the replay's own liveness, so
+// its replay term bounds what the replay holds, and not by much.
+TEST(ProgramReplay, TheMemoryEstimateBoundsTheReplaysLiveValues) {
+  FakeBackend backend;
+  const auto item = replay::ReplayProgram(Prefill(), backend, ProgramReplayOptions{});
+  ASSERT_EQ(item.outcome, Outcome::kPass) << item.error;
+  const double peak = item.detail["replay"]["peak_live_bytes"].get<double>();
+  const replay::MemoryEstimate e = replay::EstimateMemory(Prefill(), "model", {}, /*backend_copies=*/false);
+  EXPECT_TRUE(e.error.empty()) << e.error;
+  EXPECT_GE(e.replay_bytes, peak);
+  EXPECT_LE(e.replay_bytes, 1.5 * peak);
+  // The fp32 program's golden holds the same values in float64, and the
+  // replay's verdicts (the logits, both sides) while it runs.
+  EXPECT_GT(e.golden_bytes, e.replay_bytes);
+  EXPECT_LT(e.golden_bytes, 1.5 * e.replay_bytes);
+  EXPECT_EQ(e.bytes, std::max(e.replay_bytes, e.golden_bytes));
+  // A backend that is not the CPU's own returns every result through a copy.
+  EXPECT_GT(replay::EstimateMemory(Prefill(), "model", {}, /*backend_copies=*/true).replay_bytes, e.replay_bytes);
+}
+
+TEST(ProgramReplay, TrainingsEstimateKeepsItsParametersForTheGolden) {
+  double params = 0;
+  for (const auto& v : Train().values) {
+    if (v.kind == "parameter") params += static_cast<double>(v.tensor->StorageNumel() * DTypeSize(v.tensor->dtype));
+  }
+  const replay::MemoryEstimate e = replay::EstimateMemory(Train(), "train", {}, false);
+  EXPECT_TRUE(e.error.empty()) << e.error;
+  // Both sides' parameters, gradients and AdamW moments, and the first
+  // parameters; the golden's in float64 beside three sets kept for it.
+  EXPECT_GE(e.replay_bytes, 2 * 4 * params + params);
+  EXPECT_GE(e.golden_bytes, 2 * 4 * params + 3 * params);
+  // Measured: one training step on a correct backend never holds more.
+  FakeBackend backend;
+  ProgramReplayOptions o;
+  o.check.train_steps = 2;
+  const auto item = replay::ReplayTraining(Train(), backend, o);
+  ASSERT_EQ(item.outcome, Outcome::kPass) << item.error;
+  EXPECT_GE(e.replay_bytes, item.detail["replay"]["peak_live_bytes"].get<double>());
+}
+
+// Views share their base's storage: a weight and its transpose are one
+// tensor's bytes, not two.
+TEST(ProgramReplay, TheMemoryEstimateCountsAStorageOnceWhateverViewsLookIntoIt) {
+  const std::string w = R"({"dtype":"f32","shape":[1024,1024],"strides":[1024,1],"storage_offset":0})";
+  const std::string wt = R"({"dtype":"f32","shape":[1024,1024],"strides":[1,1024],"storage_offset":0})";
+  const std::string x = R"({"dtype":"f32","shape":[4,1024],"strides":[1024,1],"storage_offset":0})";
+  const Program p = ProgramFromLines({
+      kStart,
+      R"({"type":"value","id":0,"kind":"parameter","name":"w","tensor":)" + w + R"(,"init":{"rule":"normal","std":0.02}})",
+      R"({"type":"value","id":1,"kind":"input","name":"x","tensor":)" + x + R"(,"domain":{"kind":"real"}})",
+      R"({"type":"call","index":0,"op":"aten::t","overload":"","args":[{"name":"self","kind":"tensor","value":0,"tensor":)" +
+          w + R"(}],"outputs":[{"value":2,"tensor":)" + wt + R"(}],"module":"proj","phase":"forward"})",
+      R"({"type":"call","index":1,"op":"aten::mm","overload":"","args":[{"name":"self","kind":"tensor","value":1,"tensor":)" +
+          x + R"(},{"name":"mat2","kind":"tensor","value":2,"tensor":)" + wt + R"(}],"outputs":[{"value":3,"tensor":)" + x +
+          R"(}],"module":"proj","phase":"forward"})",
+      R"({"type":"end","calls":2,"values":4,"seconds":0,"peak_rss_mb":0})"});
+  ASSERT_EQ(p.calls.size(), 2u);
+  const replay::MemoryEstimate e = replay::EstimateMemory(p, "model", {}, false);
+  EXPECT_TRUE(e.error.empty()) << e.error;
+  const double weight = 1024.0 * 1024 * 4, act = 4.0 * 1024 * 4;
+  EXPECT_DOUBLE_EQ(e.replay_bytes, 2 * (weight + 2 * act));
+  // An op the backend declares rounds its fp32 operands in a copy.
+  ProgramReplayOptions o;
+  auto d = replay::DeclaredNumerics::FromJson(R"({"fp32_operands": "bf16", "ops": {"aten::mm": []}})", "numerics.json");
+  ASSERT_TRUE(d.has_value());
+  o.check.comparison.numerics = *d;
+  EXPECT_DOUBLE_EQ(replay::EstimateMemory(p, "model", o, false).replay_bytes,
+                   2 * (weight + 2 * act) + 1.5 * (weight + act));
+}
+
 Program RandomProgram() {
   const std::string f32 = R"({"dtype":"f32","shape":[64,64],"strides":[64,1],"storage_offset":0})";
   const std::string i64 = R"({"dtype":"i64","shape":[64,64],"strides":[64,1],"storage_offset":0})";

@@ -265,6 +265,9 @@ def prepare_config(config_dict: dict, max_layers: int, model_id: str, max_expert
     layers = reduce_layers(full, max_layers)
     layers.update(reduce_experts(full, max_experts))
     zero_dropout(full)
+    # Outputs as objects (BLOOMChat's config asks for tuples, which the
+    # library's own code then fails to read); no call changes.
+    full["return_dict"] = True
     return load_config(full, model_id), layers
 
 

@@ -410,3 +410,13 @@ def test_experts_cut_keeps_each_experts_shapes():
     # The router's top-k is the config's.
     (topk,) = [c for c in calls(records, op="aten::topk") if c["module"] == "model.layers.0.mlp.gate"]
     assert topk["args"][1]["i"] == 2
+
+
+def test_a_config_that_returns_tuples_still_trains():
+    # BLOOMChat's config says "return_dict": false: the loss is the tuple's first element.
+    from coverage_tracer import Options, trace
+
+    config = {**json.loads(json.dumps(CONFIGS["llama"])), "return_dict": False}
+    records, code = trace(config, Options(profile="train"))
+    assert code == 0, records[0]
+    assert {c["phase"] for c in calls(records)} == {"forward", "backward", "optimizer"}
