@@ -133,6 +133,11 @@ int ProgramStages::Run(const RunContext& context, const std::vector<std::string>
   if (isolated) declared = isolated->declared_numerics();
   config["checks"]["numerics"] = NumericsRecord(context, declared);
   options.config_json = config.dump();
+  // The memory estimate counts the rounded copies of the declared ops'
+  // operands (Note [Memory estimate]): the numerics the run is judged under.
+  if (auto numerics = replay::DeclaredNumerics::FromJson(declared, "the backend's declared numerics")) {
+    options.checks.comparison.numerics = std::move(*numerics);
+  }
   auto summary = stages::RunModelStages(**reg, *runner, options);
   if (!summary) return ReportError(summary.error());
 

@@ -17,6 +17,21 @@ void KeepFreedHostMemory() {
 #endif
 }
 
+HostMemoryReturned::HostMemoryReturned() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  mallopt(M_MMAP_MAX, 1 << 16);  // glibc's default
+  mallopt(M_TRIM_THRESHOLD, 128 * 1024);
+#endif
+}
+
+HostMemoryReturned::~HostMemoryReturned() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+  KeepFreedHostMemory();
+#endif
+}
+
 int AvailableCores() {
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <tuple>
 
 #include <ATen/ATen.h>
@@ -17,6 +18,7 @@
 
 #include "backends/backend.h"
 #include "backends/dtype_map.h"
+#include "backends/host.h"
 #include "replay/compare.h"
 #include "replay/replay.h"
 #include "replay/replayer.h"
@@ -100,17 +102,21 @@ void JudgeOutputs(ModelItemResult& item, const std::vector<Judged>& outputs,
 // The main output's positions (rows of its last dimension) in double: the
 // reference's and the backend's logits, the reference's top-k values and
 // whether the backend's top-1 token is among them.
+// Rows of the logits in their own dtype (no float64 copy of a [tokens,
+// vocab] tensor: Note [Memory estimate]); the few values compared are
+// widened.
 struct TopKView {
   int64_t k = 1;
   at::Tensor r, ref_values, top1, in_top;
 
   TopKView(const Judged& main, int64_t top_k) {
     const int64_t V = main.reference.size(-1);
-    r = main.reference.reshape({-1, V}).to(at::kDouble);
+    r = main.reference.reshape({-1, V});
     k = std::min<int64_t>(std::max<int64_t>(1, top_k), V);
     at::Tensor ref_top;
     std::tie(ref_values, ref_top) = r.topk(k, -1);
-    top1 = main.backend.reshape({-1, V}).to(at::kDouble).argmax(-1, /*keepdim=*/true);
+    ref_values = ref_values.to(at::kDouble);
+    top1 = main.backend.reshape({-1, V}).argmax(-1, /*keepdim=*/true);
     in_top = (ref_top == top1).any(-1);
   }
   bool Strays() const { return !in_top.all().item<bool>(); }
@@ -131,14 +137,23 @@ void TopK(ModelItemResult& item, const Judged& main, const TopKView& view, const
   const DType dt = ToDType(reference.scalar_type()).value_or(DType::kFloat32);
   const Tolerance tol = options.check.comparison.For("model", "forward", dt);
   // Per row: how far each logit may be off.
-  at::Tensor allowed = r.abs().amax(-1) * tol.rtol + tol.atol;
+  at::Tensor allowed = at::maximum(r.amax(-1).abs(), r.amin(-1).abs()).to(at::kDouble) * tol.rtol + tol.atol;
   if (golden.defined() && golden.sizes() == reference.sizes()) {
     const double mult = options.check.comparison.MultiplierFor("model", "forward", dt);
-    const at::Tensor g = golden.reshape(r.sizes()).to(at::kDouble);
-    allowed = at::maximum(allowed, (r - g).abs().amax(-1) * mult);
+    const at::Tensor g = golden.reshape(r.sizes());
+    // The reference's error per row, a few rows at a time (one float64 copy
+    // of the logits would be as large as the golden's).
+    at::Tensor off = at::empty({r.size(0)}, g.options());
+    const int64_t rows = std::max<int64_t>(1, (int64_t{1} << 23) / std::max<int64_t>(1, r.size(1)));
+    for (int64_t at = 0; at < r.size(0); at += rows) {
+      const int64_t n = std::min(rows, r.size(0) - at);
+      off.narrow(0, at, n).copy_((r.narrow(0, at, n).to(at::kDouble) - g.narrow(0, at, n)).abs().amax(-1));
+    }
+    allowed = at::maximum(allowed, off * mult);
   }
   const at::Tensor& in_top = view.in_top;
-  const at::Tensor gap = view.ref_values.select(-1, k - 1) - r.gather(-1, view.top1).squeeze(-1);
+  const at::Tensor gap =
+      view.ref_values.select(-1, k - 1) - r.gather(-1, view.top1).squeeze(-1).to(at::kDouble);
   const at::Tensor tied = at::logical_and(in_top.logical_not(), gap <= allowed * 2);
   const double agreement = at::logical_or(in_top, tied).to(at::kDouble).mean().item<double>();
   item.detail["top_k"] = k;
@@ -212,15 +227,17 @@ ModelItemResult ReplayProgram(const Program& program, Backend& backend, const Pr
   ModelItemResult item;
   item.item = "forward";
   try {
-    Replayer replayer(program, &backend, options);
-    Failure f = replayer.Prepare();
-    if (f.outcome == Outcome::kPass) f = replayer.Run(Mode::kFree);
-    Stats(item, replayer, program);
+    // Gone before the search runs, with whatever a failed pass left alive
+    // (Note [Memory estimate]: one replay's values at a time).
+    std::optional<Replayer> replayer(std::in_place, program, &backend, options);
+    Failure f = replayer->Prepare();
+    if (f.outcome == Outcome::kPass) f = replayer->Run(Mode::kFree);
+    Stats(item, *replayer, program);
     if (f.outcome != Outcome::kPass) {
       Fail(item, f.outcome, f.message);
       if (f.call >= 0) item.detail["failed_call"] = f.call;
     } else {
-      const auto& outputs = replayer.judged();
+      const auto& outputs = replayer->judged();
       // The main output: the last floating one of the forward phase.
       const Judged* main = nullptr;
       for (const auto& o : outputs) {
@@ -238,6 +255,7 @@ ModelItemResult ReplayProgram(const Program& program, Backend& backend, const Pr
         if (view) TopK(item, *main, *view, main_golden, options);
       }
     }
+    replayer.reset();
     if (item.outcome != Outcome::kPass && item.outcome != Outcome::kSkipped) {
       Locate(item, program, backend, options, "every call is within its tolerance given the reference's inputs: the "
                                               "error accumulated over calls");
@@ -304,15 +322,15 @@ std::vector<ModelItemResult> ReplayModules(const Program& program, const std::ve
     for (auto& item : items) Fail(item, o, why);
   };
   try {
-    Replayer replayer(program, &backend, options);
-    Failure f = replayer.Prepare();
+    std::optional<Replayer> replayer(std::in_place, program, &backend, options);  // gone before the search
+    Failure f = replayer->Prepare();
     // A failure inside a module (a call the backend cannot run, a shape it
     // changes) is that module's, and the pass runs again without it, so one
     // module's unsupported call does not hide the others' verdicts; any
     // other failure stops them all.
     std::set<std::string> running(modules.begin(), modules.end());
     while (f.outcome == Outcome::kPass && !running.empty()) {
-      f = replayer.Run(Mode::kModule, running);
+      f = replayer->Run(Mode::kModule, running);
       if (f.outcome == Outcome::kPass) break;
       const ProgramCall* call = f.call >= 0 ? &program.calls[static_cast<size_t>(f.call)] : nullptr;
       auto it = call ? std::find(modules.begin(), modules.end(), call->module) : modules.end();
@@ -328,12 +346,12 @@ std::vector<ModelItemResult> ReplayModules(const Program& program, const std::ve
         if (!running.count(modules[i])) continue;  // failed inside, above
         ModelItemResult& item = items[i];
         std::vector<Judged> outputs;
-        for (const auto& o : replayer.judged()) {
+        for (const auto& o : replayer->judged()) {
           if (o.module == modules[i]) outputs.push_back(o);
         }
-        item.detail["calls"] = replayer.module_calls(modules[i]);
+        item.detail["calls"] = replayer->module_calls(modules[i]);
         item.detail["boundary_outputs"] = outputs.size();
-        if (replayer.module_calls(modules[i]) == 0) {
+        if (replayer->module_calls(modules[i]) == 0) {
           Fail(item, Outcome::kSkipped, "no call of the program ran in module '" + modules[i] + "'");
           continue;
         }
@@ -344,6 +362,7 @@ std::vector<ModelItemResult> ReplayModules(const Program& program, const std::ve
         JudgeWithGolden(item, outputs, options, program, nullptr);
       }
     }
+    replayer.reset();
     LocateInModules(program, backend, options, items);
   } catch (const std::exception& e) {
     fail_all(Outcome::kError, "internal error in coverage while replaying the modules: " + FirstLine(e.what(), 500));
@@ -665,11 +684,17 @@ std::vector<std::string> ModuleKinds(const Program& program) {
 //   golden: L64 + 2 J (J: the judged outputs at the end, the backend's and
 //     the reference's; in training 3 P: the first parameters, the
 //     reference's and the backend's after the last step)
-//     the fp64 golden runs after the replay, while its verdicts wait.
-// Calls without a meta kernel (or with value-dependent sizes) get their
-// outputs' sizes from the calls that read them. The estimate counts tensor
-// bytes; the allocator's and the libraries' own memory is the margin the
-// worker's ceiling leaves (bench/README.md measures both).
+//     the fp64 golden runs after the replay, while its verdicts wait;
+// in the module stage both also hold 2 B, a copy per side of every value a
+// checked module hands to a call outside it (judged as it crosses). Then
+// 3% and kStageWorkingBytes more: the libraries' own working memory while
+// a stage runs (thread pools, kernel scratch; 0.04-0.07 GB measured on the
+// smallest representatives).
+// Calls without a meta kernel (or with value-dependent
+// sizes) get their outputs' sizes from the calls that read them. A stage
+// runs with freed memory returned (backends/host.h), so what it holds is
+// what its worker holds; bench/README.md measures the estimate against the
+// worker's peak for every representative.
 MemoryEstimate EstimateMemory(const Program& program, const std::string& stage, const ProgramReplayOptions& options,
                               bool backend_copies) {
   MemoryEstimate e;
@@ -699,12 +724,34 @@ MemoryEstimate EstimateMemory(const Program& program, const std::string& stage, 
       }
     }
     const double judged = samples.empty() ? 0 : std::max(0.0, static_cast<double>(samples.back().live) - carried);
+    double boundary = 0;
+    if (stage == "module") {
+      std::set<std::string> checked;
+      for (const std::string& m : ModuleKinds(program)) {
+        if (!options.skip_modules.count(m)) checked.insert(m);
+      }
+      std::unordered_map<int64_t, const std::string*> made_in;
+      std::set<int64_t> crossing;
+      for (const auto& c : program.calls) {
+        for (int64_t id : c.inputs) {
+          auto maker = made_in.find(id);
+          if (maker != made_in.end() && *maker->second != c.module && crossing.insert(id).second) {
+            boundary += static_cast<double>(r.shape_bytes(id));
+          }
+        }
+        if (!checked.count(c.module)) continue;
+        for (int64_t id : c.outputs) {
+          if (id >= 0) made_in.emplace(id, &c.module);
+        }
+      }
+    }
+    const double margin = kStageMemoryMargin;
     for (const auto& s : samples) {
       const double replay = 2.0 * static_cast<double>(s.live) + (backend_copies ? static_cast<double>(s.fresh) : 0.0) +
-                            1.5 * static_cast<double>(s.rounded) + (train ? params : 0.0);
-      const double golden = static_cast<double>(s.live64) + (train ? 3.0 * params : 2.0 * judged);
-      e.replay_bytes = std::max(e.replay_bytes, replay);
-      e.golden_bytes = std::max(e.golden_bytes, golden);
+                            1.5 * static_cast<double>(s.rounded) + (train ? params : 0.0) + 2.0 * boundary;
+      const double golden = static_cast<double>(s.live64) + (train ? 3.0 * params : 2.0 * judged) + 2.0 * boundary;
+      e.replay_bytes = std::max(e.replay_bytes, margin * replay + kStageWorkingBytes);
+      e.golden_bytes = std::max(e.golden_bytes, margin * golden + kStageWorkingBytes);
     }
     e.calls_without_shapes = r.calls_without_shapes();
   } catch (const std::exception& ex) {
@@ -717,6 +764,9 @@ MemoryEstimate EstimateMemory(const Program& program, const std::string& stage, 
 
 std::vector<ModelItemResult> RunProgramStage(const std::string& stage, const Program& program, Backend& backend,
                                              const ProgramReplayOptions& options) {
+  // Few, large tensors: freed memory goes back, so what the stage holds is
+  // what its process holds (backends/host.h).
+  const backends::HostMemoryReturned returned;
   if (stage == "module") {
     std::vector<std::string> modules;
     for (std::string& m : ModuleKinds(program)) {

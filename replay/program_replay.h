@@ -77,6 +77,11 @@ struct MemoryEstimate {
   int64_t calls_without_shapes = 0;  // calls without a meta kernel: outputs sized by their readers
   std::string error;        // the program cannot be sized (a call that cannot be built); bytes stays 0
 };
+// What a stage's process holds besides tensors while it runs (thread
+// pools, kernel scratch), in every estimate; and the share its tensors'
+// own size is raised by (Note [Memory estimate]).
+inline constexpr double kStageWorkingBytes = 0.08e9;
+inline constexpr double kStageMemoryMargin = 1.03;
 MemoryEstimate EstimateMemory(const Program& program, const std::string& stage, const ProgramReplayOptions& options,
                               bool backend_copies);
 

@@ -230,6 +230,7 @@ Failure Replayer::Run(Mode mode, const std::set<std::string>& modules) {
   normed_.clear();
   step_ = StepRecord{};
   shape_samples_.clear();
+  shape_bytes_.clear();
   calls_without_shapes_ = 0;
   if (mode_ == Mode::kShapes) {
     // Carried values are there from the start of every pass but the first.
@@ -728,8 +729,9 @@ Failure Replayer::MeasureCall(const ProgramCall& call, const Op& op) {
     const int64_t id = call.outputs[k];
     if (id < 0 || !outputs[k].isTensor()) continue;
     const at::Tensor& t = outputs[k].toTensor();
-    if (t.defined() && t.has_storage() && !storages_.count(t.storage().unsafeGetStorageImpl())) {
-      sample.fresh += static_cast<int64_t>(t.storage().nbytes());
+    if (t.defined() && t.has_storage()) {
+      if (!storages_.count(t.storage().unsafeGetStorageImpl())) sample.fresh += static_cast<int64_t>(t.storage().nbytes());
+      shape_bytes_[id] = static_cast<int64_t>(t.storage().nbytes());
     }
     Put(ref_, id, t);
   }

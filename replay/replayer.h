@@ -93,6 +93,11 @@ class Replayer {
   // outputs sized from the calls that read them).
   const std::vector<ShapeSample>& shape_samples() const { return shape_samples_; }
   int64_t calls_without_shapes() const { return calls_without_shapes_; }
+  // kShapes: the bytes of the storage a call's output `id` lives in (0 when unknown).
+  int64_t shape_bytes(int64_t id) const {
+    auto it = shape_bytes_.find(id);
+    return it == shape_bytes_.end() ? 0 : it->second;
+  }
   int64_t calls_run() const { return calls_run_; }
   double backend_seconds() const { return backend_seconds_; }
   double reference_seconds() const { return reference_seconds_; }
@@ -222,6 +227,7 @@ class Replayer {
   int64_t live_bytes_ = 0, peak_live_bytes_ = 0, calls_run_ = 0, live_bytes64_ = 0;
   std::vector<ShapeSample> shape_samples_;
   int64_t calls_without_shapes_ = 0;
+  std::unordered_map<int64_t, int64_t> shape_bytes_;
   std::unordered_map<int64_t, const TensorSpec*> read_specs_;  // kShapes: a value's spec where a call reads it
   double backend_seconds_ = 0, reference_seconds_ = 0;
   int64_t reference_upcasts_ = 0;  // Note [Reference upcast]

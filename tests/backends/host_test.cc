@@ -19,6 +19,35 @@
 namespace coverage::backends {
 namespace {
 
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * 4096;
+}
+
+// Resident memory after a 256 MiB tensor (every page touched) is freed.
+int64_t ResidentAfterFreeing() {
+  {
+    at::Tensor t = at::ones({64, 1024, 1024});
+    EXPECT_GT(ResidentBytes(), int64_t{256} << 20);
+  }
+  return ResidentBytes();
+}
+
+// A model stage's scope gives freed memory back; the rest of the process
+// keeps it for reuse (backends/host.h).
+TEST(HostMemory, AModelStagesScopeGivesFreedMemoryBack) {
+  KeepFreedHostMemory();
+  const int64_t before = ResidentBytes();
+  {
+    const HostMemoryReturned returned;
+    EXPECT_LT(ResidentAfterFreeing() - before, int64_t{64} << 20);
+  }
+  // Outside it, the freed block stays mapped (the unit stage's speed).
+  EXPECT_GT(ResidentAfterFreeing() - before, int64_t{200} << 20);
+}
+
 // Distinct OS threads that ran a body of at::parallel_for in this file's
 // code (compiled here with -fopenmp, so the region is this binary's).
 size_t ThreadsUsedByParallelFor() {
