@@ -65,24 +65,6 @@ Result<std::string> ReadFile(const std::string& path) {
   return text;
 }
 
-Status WriteFileReplacing(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  // stdio rather than a stream: a full disk shows at fflush/fclose, with errno.
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return Status::IoError("cannot write '" + tmp + "': " + std::strerror(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
-  const int write_errno = errno;
-  if (std::fclose(f) != 0 || !written) {
-    const std::string reason = std::strerror(written ? errno : write_errno);
-    std::remove(tmp.c_str());
-    return Status::IoError("cannot write '" + tmp + "': " + reason + " (the previous '" + path + "' is unchanged)");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::IoError("cannot write '" + path + "': " + ec.message());
-  return Status::Ok();
-}
-
 const std::atomic<bool>* InstallStopHandler() {
   struct sigaction sa {};
   sa.sa_handler = OnSignal;

@@ -46,9 +46,6 @@ std::string DefaultRegistryPath();
 
 // Errors name the path and the reason ("Is a directory", "No such file ...").
 Result<std::string> ReadFile(const std::string& path);
-// Writes `path` through `path`.tmp and a rename: a failed write (a full disk)
-// names its reason, removes the .tmp and leaves the previous file as it was.
-Status WriteFileReplacing(const std::string& path, const std::string& text);
 
 // SIGINT/SIGTERM set the returned flag; a second SIGINT exits at once.
 const std::atomic<bool>* InstallStopHandler();

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/app.h"
+#include "core/output_file.h"
 #include "apps/flags.h"
 #include "apps/table.h"
 #include "registry/registry.h"
@@ -84,7 +85,7 @@ Status WriteOutput(const std::string& path, const std::string& text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     return Status::Ok();
   }
-  return WriteFileReplacing(path, text);
+  return WriteOutputFile(path, text);
 }
 
 Result<OutputFormat> ParseFormat(const std::string& f) {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "apps/app.h"
+#include "core/output_file.h"
 #include "apps/flags.h"
 #include "core/text_safety.h"
 #include "registry/registry.h"
@@ -191,7 +192,7 @@ Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Regis
     } else {
       return Status::InvalidArgument("--format: '" + format + "' is not html, junit or json");
     }
-    COV_RETURN_IF_ERROR(WriteFileReplacing(path, text));
+    COV_RETURN_IF_ERROR(WriteOutputFile(path, text));
     written.paths.push_back(path);
   }
   // What a person reads first.

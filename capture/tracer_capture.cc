@@ -49,12 +49,18 @@ std::string OneLine(std::string text, size_t max = 2000) {
   return text;
 }
 
-// Runs the tracer on one pair; never touches the registry.
-// Runs the tracer on one pair, in `*server`'s fork (started when missing) or,
-// when there is no server or it failed, in a fresh interpreter; never
-// touches the registry.
+// A job's warm tracer (Note [Tracer server]): started when missing; one
+// that never got ready is not started again by this job.
+struct JobTracer {
+  std::unique_ptr<TracerServer> server;
+  bool server_failed = false;
+};
+
+// Runs the tracer on one pair, in the job's warm tracer (started when
+// missing) or, when there is none or it failed, in a fresh interpreter;
+// never touches the registry.
 PairResult TracePair(const TracerCaptureOptions& options, const std::vector<Pair>& pairs, size_t index,
-                     int threads, std::unique_ptr<TracerServer>* server) {
+                     int threads, JobTracer* job) {
   const Pair& pair = pairs[index];
   const CaptureModel& model = options.models[pair.model];
   const TracerSettings& t = options.tracer;
@@ -90,14 +96,21 @@ PairResult TracePair(const TracerCaptureOptions& options, const std::vector<Pair
   std::optional<TraceReader> reader;
   const auto feed = [&](std::string_view line) { return reader->Feed(line); };
   Result<TracerExit> exit = Status::IoError("no tracer ran");
-  if (server && !*server) {
-    auto started = TracerServer::Start(t.python, t.package_dir, threads);
-    if (started) *server = std::move(*started);
+  std::unique_ptr<TracerServer>* server = job ? &job->server : nullptr;
+  if (server && !*server && !job->server_failed) {
+    // Its imports take seconds; a server not ready in 10-120 s (the pair's
+    // deadline, bounded) is not coming.
+    auto started = TracerServer::Start(t.python, t.package_dir, threads, std::clamp(t.timeout_s, 10.0, 120.0));
+    if (started) {
+      *server = std::move(*started);
+    } else {
+      job->server_failed = true;  // this job's pairs run in fresh interpreters from now on
+    }
   }
   if (server && *server) {
     reader.emplace();
     exit = (*server)->Run(cmd, feed);
-    if (!exit) server->reset();  // the next pair starts another
+    if (!exit || !(*server)->usable()) server->reset();  // the next pair starts another
   }
   if (!exit) {
     reader.emplace();
@@ -173,6 +186,16 @@ PairResult TracePair(const TracerCaptureOptions& options, const std::vector<Pair
   return out;
 }
 
+// A pair whose tracer process failed (crashed, hung, ran out of memory,
+// printed no trace: a broken interpreter, a killed machine) says nothing
+// about the model and is traced again by a plain rerun; what the library
+// said about the model (not_built, refused, failed in the run) stands until
+// the config, the tracer or the options change.
+bool FailedOutsideTheModel(const registry::ProgramRecord& r) {
+  return r.status == "failed" && (r.stage == "crash" || r.stage == "timeout" || r.stage == "memory" ||
+                                  r.stage == "output");
+}
+
 // The kind a "profile does not apply" refusal names: the tracer writes
 // "...; LlamaForCausalLM is a model of kind decoder".
 std::string KindNamedIn(const std::string& reason) {
@@ -239,8 +262,11 @@ Result<TracerCaptureSummary> RunTracerCapture(registry::Registry& registry, cons
       if (!options.force) {
         COV_ASSIGN_OR_RETURN(auto stored, registry.GetProgramRecord(options.models[pairs[i].model].id,
                                                                     pairs[i].profile->name));
-        // Done when traced the same way; a refusal is retried with a larger budget.
-        if (stored && stored->tracer_version == kTracerVersion && stored->max_layers == t.max_layers &&
+        // Done when traced the same way; a refusal is retried with a larger
+        // budget, and a failure of the tracer process rather than of the
+        // model (FailedOutsideTheModel) by any rerun.
+        if (stored && !FailedOutsideTheModel(*stored) && stored->tracer_version == kTracerVersion &&
+            stored->max_layers == t.max_layers &&
             stored->max_experts == t.max_experts &&
             stored->config_sha256 == pairs[i].config_sha && stored->device_option == t.device &&
             stored->seed == t.seed && !(stored->status == "refused" && t.max_gb > stored->max_gb)) {
@@ -277,7 +303,7 @@ Result<TracerCaptureSummary> RunTracerCapture(registry::Registry& registry, cons
     bool abort = false;
     int active = 0;  // workers that have not returned
     const auto worker = [&]() {
-      std::unique_ptr<TracerServer> server;
+      JobTracer tracer;
       for (;;) {
         size_t index;
         std::optional<registry::ProgramRecord> reuse;
@@ -300,7 +326,7 @@ Result<TracerCaptureSummary> RunTracerCapture(registry::Registry& registry, cons
           r.record.seconds = 0;
           r.record.peak_rss_mb = 0;
         } else {
-          r = TracePair(options, pairs, index, threads, t.server ? &server : nullptr);
+          r = TracePair(options, pairs, index, threads, t.server ? &tracer : nullptr);
         }
         std::lock_guard<std::mutex> lock(mu);
         if (r.record.status == "not_built") unbuildable.emplace(pairs[index].model, r.record);

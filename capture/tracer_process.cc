@@ -341,7 +341,7 @@ Result<TracerExit> RunTracerProcess(const TracerCommand& command,
 // ---- the tracer server (Note [Tracer server] in coverage_tracer/cli.py) ----
 
 Result<std::unique_ptr<TracerServer>> TracerServer::Start(const std::string& python, const std::string& package_dir,
-                                                          int threads) {
+                                                          int threads, double ready_timeout_s) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return Status::IoError(std::string("socketpair: ") + std::strerror(errno));
@@ -358,6 +358,10 @@ Result<std::unique_ptr<TracerServer>> TracerServer::Start(const std::string& pyt
   auto server = std::unique_ptr<TracerServer>(new TracerServer());
   server->pid_ = *pid;
   server->socket_ = sv[0];
+  std::string line;
+  if (!server->ReadLine(&line, ready_timeout_s) || line != "ready") {
+    return Status::IoError(fmt::format("the tracer server did not get ready within {:g} s", ready_timeout_s));
+  }  // the destructor ends it
   return server;
 }
 
@@ -423,8 +427,18 @@ Result<TracerExit> TracerServer::Run(const TracerCommand& command,
     return Status::IoError("the tracer server " + why);
   };
   if (sent != static_cast<ssize_t>(request.size())) return stopped("did not take the request");
-  // Forking is quick; a server that does not answer in a minute is stuck.
-  if (!ReadLine(&line, 60)) return stopped("did not start the trace");
+  // A ready server forks at once: one that has not answered when the
+  // trace's own deadline passes is stuck, and the trace timed out.
+  if (!ReadLine(&line, command.timeout_s)) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Status why = stopped("did not start the trace");
+    if (waited < command.timeout_s) return why;  // it closed the socket: gone, not hung
+    TracerExit timeout;
+    timeout.kind = TracerExit::Kind::kTimeout;
+    timeout.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    timeout.stderr_tail = "the warm tracer did not start the trace";
+    return timeout;
+  }
   pid_t pid = 0;
   try {
     pid = static_cast<pid_t>(std::stol(line));
@@ -437,7 +451,8 @@ Result<TracerExit> TracerServer::Run(const TracerCommand& command,
   // The child has closed its output (or was killed): its status follows.
   // Something it left running in its group (holding the pipes open) goes now.
   kill(-pid, SIGKILL);
-  if (!ReadLine(&line, 60)) return stopped("did not say how the trace ended");
+  // The child is gone: its wait status comes at once.
+  if (!ReadLine(&line, 10)) return stopped("did not say how the trace ended");
   int status = 0;
   try {
     status = std::stoi(line);

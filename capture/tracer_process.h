@@ -73,17 +73,22 @@ Result<TracerExit> RunTracerProcess(const TracerCommand& command,
 // are the server's, fixed at Start.
 class TracerServer {
  public:
-  // Errors: the interpreter cannot be started.
+  // Errors: the interpreter cannot be started, or it did not say it is
+  // ready (its imports done) within `ready_timeout_s`; it is then killed.
   static Result<std::unique_ptr<TracerServer>> Start(const std::string& python, const std::string& package_dir,
-                                                     int threads);
+                                                     int threads, double ready_timeout_s = 120);
   ~TracerServer();  // ends the server and any trace it is running
   TracerServer(const TracerServer&) = delete;
   TracerServer& operator=(const TracerServer&) = delete;
 
   // Errors (IoError): the server is gone or stopped answering; the trace
   // did not run or its ending is unknown, and this server is unusable
-  // (start another, or run the trace with RunTracerProcess).
+  // (start another, or run the trace with RunTracerProcess). A server that
+  // does not start the trace within its timeout_s is a kTimeout of the
+  // trace's (the pair's deadline holds whatever hangs), and is unusable too.
   Result<TracerExit> Run(const TracerCommand& command, const std::function<Status(std::string_view line)>& on_line);
+  // False once the server stopped answering: start another.
+  bool usable() const { return socket_ >= 0; }
 
  private:
   TracerServer() = default;

@@ -160,6 +160,7 @@ class FakeTracerTest : public ::testing::Test {
     python_ = dir_.File("python");
     std::ofstream script(python_);
     script << "#!/bin/bash\n"
+              "for a in \"$@\"; do [ \"$a\" = --serve ] && exec sleep 600; done  # a warm tracer that hangs\n"
               "profile=''; model=''\n"
               "while [ $# -gt 0 ]; do case $1 in --profile) profile=$2; shift;; --model-id) model=$2; shift;; esac; shift; done\n"
               "cat > /dev/null\n"
@@ -174,6 +175,7 @@ class FakeTracerTest : public ::testing::Test {
               "  garbage) echo 'hello'; exit 0;;\n"
               "  cut) echo \"$start\"; echo '" << kValue0 << "'; exit 1;;\n"
               "  memory) exec python3 -c 'import time; x = bytearray(400_000_000); time.sleep(60)';;\n"
+              "  raises) echo '{\"type\":\"error\",\"stage\":\"run\",\"reason\":\"index out of range\",\"exception\":\"IndexError\"}'; exit 3;;\n"
               "  budget) echo '{\"type\":\"error\",\"stage\":\"budget\",\"reason\":\"needs 5 GB\"}'; exit 3;;\n"
               "  wrongkind) echo '{\"type\":\"error\",\"stage\":\"profile\",\"reason\":\"profile wrongkind applies to multimodal models; CLIPForImageClassification is a model of kind vision\"}'; exit 3;;\n"
               "  usage) echo 'python -m coverage_tracer: error: --max-gb must be positive' >&2; exit 2;;\n"
@@ -209,6 +211,25 @@ class FakeTracerTest : public ::testing::Test {
   std::string python_;
   std::unique_ptr<registry::Registry> registry_;
 };
+
+// A warm tracer that never gets ready costs its job one bounded wait (10 s
+// for a --timeout under that), then every pair runs in a fresh interpreter
+// under its own deadline; before, each pair waited 60 s for the server.
+TEST_F(FakeTracerTest, AWarmTracerThatHangsCostsOneWaitThenPairsKeepTheirDeadline) {
+  TracerCaptureOptions o = Options({"ok", "hang", "cut"});
+  o.tracer.server = true;
+  o.tracer.timeout_s = 2;
+  o.jobs = 1;
+  const auto start = std::chrono::steady_clock::now();
+  auto s = RunTracerCapture(*registry_, o);
+  ASSERT_TRUE(s) << s.error().message();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 20) << "10 s for the server, 2 s for the hanging pair";
+  EXPECT_EQ(s->captured, 1);
+  auto hang = registry_->GetProgramRecord("m", "hang");
+  ASSERT_TRUE(hang && *hang);
+  EXPECT_EQ((*hang)->status + "/" + (*hang)->stage, "failed/timeout");
+}
 
 TEST_F(FakeTracerTest, EachFailureCostsOnlyItsPair) {
   TracerCaptureOptions o = Options({"ok", "crash", "hang", "garbage", "cut"});
@@ -272,13 +293,15 @@ TEST_F(FakeTracerTest, EachFailureCostsOnlyItsPair) {
 }
 
 TEST_F(FakeTracerTest, ResumesAndRetracesOnlyWhatChanged) {
-  TracerCaptureOptions o = Options({"ok", "crash"});
+  TracerCaptureOptions o = Options({"ok", "crash", "raises"});
   ASSERT_TRUE(RunTracerCapture(*registry_, o));
-  EXPECT_EQ(Starts(), 2);
+  EXPECT_EQ(Starts(), 3);
   auto again = RunTracerCapture(*registry_, o);
   ASSERT_TRUE(again);
+  // What the model's library said stands; a crashed tracer says nothing
+  // about the model and is traced again (before: "done before", exit 0).
   EXPECT_EQ(again->skipped, 2);
-  EXPECT_EQ(Starts(), 2);  // nothing ran
+  EXPECT_EQ(Starts(), 4);
   auto cases = registry_->CountCases();
   ASSERT_TRUE(cases);
   // A changed config is traced again; provenance is replaced, not added to.
@@ -286,13 +309,13 @@ TEST_F(FakeTracerTest, ResumesAndRetracesOnlyWhatChanged) {
   auto changed = RunTracerCapture(*registry_, o);
   ASSERT_TRUE(changed);
   EXPECT_EQ(changed->skipped, 0);
-  EXPECT_EQ(Starts(), 4);
+  EXPECT_EQ(Starts(), 7);
   EXPECT_EQ(*registry_->CountCases(), *cases);
   auto calls = registry_->Query("SELECT SUM(call_count) FROM case_sources");
   EXPECT_EQ(calls->rows[0][0], "2");
   o.force = true;
   ASSERT_TRUE(RunTracerCapture(*registry_, o));
-  EXPECT_EQ(Starts(), 6);
+  EXPECT_EQ(Starts(), 10);
   // Prune keeps the cases programs call.
   EXPECT_EQ(*registry_->PruneOrphanCases(), 0);
 }

@@ -71,7 +71,9 @@ def serve(sock_fd: int = 3) -> int:
     descriptors as 0, 1 and 2 and runs main() on the arguments, exactly as a
     freshly started tracer would. The server answers "<pid>\n" at once (the
     parent watches and, on a deadline or its memory limit, kills that
-    process group) and "<wait status>\n" when the child has ended. Nothing
+    process group) and "<wait status>\n" when the child has ended. It says
+    "ready\n" once its imports are done, before the first request, so a
+    server that hangs while starting is told from a trace that does. Nothing
     runs an op before the fork, so no thread pool is copied half-held. An
     empty message or a closed socket ends the server."""
     _die_with_parent()
@@ -85,6 +87,10 @@ def serve(sock_fd: int = 3) -> int:
     from . import trace as _trace  # noqa: F401
 
     sock = socket.socket(fileno=sock_fd)
+    try:
+        sock.send(b"ready\n")
+    except OSError:
+        return 0
     while True:
         try:
             message, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
