@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +56,7 @@ Result<std::vector<capture::CaptureModel>> LoadModels(const std::string& path, c
   std::istringstream in(text);
   std::string line;
   int line_no = 0;
+  std::map<std::string, int> line_of;  // model id -> the line that gave it
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -68,6 +70,8 @@ Result<std::vector<capture::CaptureModel>> LoadModels(const std::string& path, c
         (void)strict;
       } catch (const nlohmann::json::parse_error& e) {
         return Status::InvalidArgument(fmt::format("{}: not valid JSON (column {}): {}", where, e.byte, e.what()));
+      } catch (const nlohmann::json::exception& e) {  // a number out of range (1e309)
+        return Status::InvalidArgument(fmt::format("{}: {}", where, e.what()));
       }
       return Status::InvalidArgument(fmt::format("{}: {}", where, parsed.error().message()));
     }
@@ -81,6 +85,11 @@ Result<std::vector<capture::CaptureModel>> LoadModels(const std::string& path, c
     }
     capture::CaptureModel m;
     m.id = j["id"].get<std::string>();
+    if (auto [it, fresh] = line_of.emplace(m.id, line_no); !fresh) {
+      return Status::InvalidArgument(fmt::format("{}: model '{}' is also on line {}; give each id once (only one "
+                                                 "config could be stored under it)",
+                                                 where, m.id, it->second));
+    }
     if (!only.empty() && std::find(only.begin(), only.end(), m.id) == only.end()) continue;
     const nlohmann::json& config = j["config"];
     m.config_json = std::string(RawJsonMember(line, "config").value_or(config.dump()));

@@ -66,6 +66,21 @@ Result<MergeSummary> Registry::MergeFrom(const std::string& source_path) {
       attach_path = migrated.string();
     }
     if (!source) return source.error().WithContext("merging '" + source_path + "'");
+    // Every row the merge copies is read first as this registry reads its
+    // own (outcomes, cases, details): a shard that cannot be read whole is
+    // refused whole, naming the file, table and row, before anything is
+    // written (before, a result of outcome 'banana' merged, and the
+    // report then failed on it).
+    const auto refuse = [&](const Status& why) {
+      return Status::Corruption("cannot merge '" + source_path + "': " + why.message() + "; nothing was merged");
+    };
+    auto run_ids = (*source)->Query("SELECT run_id FROM runs ORDER BY run_id");
+    if (!run_ids) return refuse(run_ids.error());
+    for (const auto& row : run_ids->rows) {
+      if (auto r = (*source)->ResultsForRun(row[0]); !r) return refuse(r.error());
+      if (auto m = (*source)->ModelResultsForRun(row[0], /*as_stored=*/true); !m) return refuse(m.error());
+    }
+    if (auto cases = (*source)->FindCases({}); !cases) return refuse(cases.error());
   }
   struct RemoveCopy {
     std::filesystem::path p;

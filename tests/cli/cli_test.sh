@@ -75,6 +75,13 @@ printf '{"id": "x/y", "family": "decoder", "config": {"model_type": "llama", "hi
 check "bad models file is refused" run 2 "$BIN" --registry "$DB" capture --models "$TMP/bad_models.jsonl"
 check "bad models file names the line" has "bad_models.jsonl:2"
 check "not valid JSON names the column" has "bad_models.jsonl:2: not valid JSON"
+printf '{"id": "a/b", "config": {"model_type": "llama"}}\n\n{"id": "a/b", "config": {"model_type": "llama", "hidden_size": 8}}\n' >"$TMP/dup_models.jsonl"
+check "a model id given twice is refused" run 2 "$BIN" --registry "$TMP/dup.db" capture --models "$TMP/dup_models.jsonl"
+check "with both lines" has "dup_models.jsonl:3: model 'a/b' is also on line 1"
+check "and nothing is stored" test ! -e "$TMP/dup.db" -o "$(sqlite3 "$TMP/dup.db" "SELECT COUNT(*) FROM programs" 2>/dev/null || echo 0)" = 0
+printf '{"id": "x/big", "config": {"model_type": "llama", "hidden_size": 1e309}}\n' >"$TMP/overflow_models.jsonl"
+check "a number out of range is refused" run 2 "$BIN" --registry "$TMP/dup.db" capture --models "$TMP/overflow_models.jsonl"
+check "naming the file and line" has "overflow_models.jsonl:1: [json.exception.out_of_range.406] number overflow"
 # Note [Dimension bounds]: refused before the tracer hands it to libtorch.
 printf '{"id": "huge/llama", "config": {"model_type": "llama", "hidden_size": 1000000000000, "num_hidden_layers": 2}}\n' >"$TMP/huge_models.jsonl"
 check "a config beyond the dimension bounds is refused" run 2 "$BIN" --registry "$DB" capture --models "$TMP/huge_models.jsonl"

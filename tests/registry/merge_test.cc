@@ -189,6 +189,38 @@ TEST_F(Merge, AnotherRunUnderTheSameIdIsRefusedAndNothingIsMerged) {
   EXPECT_EQ(rows->rows[0][0], "5");
 }
 
+// A shard is read as the registry reads its own rows before anything is
+// written: one unreadable row refuses it whole, naming file, table and row.
+TEST_F(Merge, AShardWithARowTheRegistryCannotReadIsRefusedWhole) {
+  RunShard("s0.db", 0);
+  {
+    auto s0 = Open("s0.db");
+    ASSERT_TRUE(s0->Query("UPDATE results SET outcome = 'banana' WHERE case_id = ?1", {std::to_string(ids_[2])}));
+  }
+  auto merged = Open("merged.db");
+  auto m = merged->MergeFrom(dir_.File("s0.db"));
+  ASSERT_FALSE(m.has_value());
+  const std::string why = m.error().message();
+  for (const std::string& part : {std::string("s0.db"), std::string("results of run 'R'"),
+                                  "case " + std::to_string(ids_[2]), std::string("unknown outcome 'banana'"),
+                                  std::string("nothing was merged")}) {
+    EXPECT_NE(why.find(part), std::string::npos) << part << " in " << why;
+  }
+  EXPECT_EQ(merged->Query("SELECT COUNT(*) FROM results")->rows[0][0], "0");
+  EXPECT_EQ(merged->Query("SELECT COUNT(*) FROM runs")->rows[0][0], "0");
+  // A case whose description is not JSON is refused the same way.
+  {
+    auto s0 = Open("s0.db");
+    ASSERT_TRUE(s0->Query("UPDATE results SET outcome = 'pass'"));
+    ASSERT_TRUE(s0->Query("UPDATE op_cases SET case_json = '{' WHERE case_id = ?1", {std::to_string(ids_[4])}));
+  }
+  auto c = merged->MergeFrom(dir_.File("s0.db"));
+  ASSERT_FALSE(c.has_value());
+  EXPECT_NE(c.error().message().find("s0.db"), std::string::npos) << c.error().message();
+  EXPECT_NE(c.error().message().find("nothing was merged"), std::string::npos) << c.error().message();
+  EXPECT_EQ(merged->Query("SELECT COUNT(*) FROM results")->rows[0][0], "0");
+}
+
 TEST_F(Merge, AMissingFileOrItselfIsAClearError) {
   auto merged = Open("merged.db");
   auto missing = merged->MergeFrom(dir_.File("nope.db"));
