@@ -1,4 +1,5 @@
 #include "apps/app.h"
+#include "core/text_safety.h"
 
 #include <unistd.h>
 
@@ -80,6 +81,24 @@ Result<std::unique_ptr<registry::Registry>> OpenRegistry(const GlobalOptions& gl
                             "'; create one with `coverage capture --registry " + global.registry_path +
                             "` or pass --registry");
   }
+  if (!read_only) {
+    // SQLite writes its journal beside the file: a folder it cannot write
+    // fails every write with "attempt to write a readonly database".
+    std::error_code ec;
+    const std::filesystem::path path(global.registry_path);
+    std::filesystem::path folder = path.parent_path();
+    if (folder.empty()) folder = ".";
+    const bool exists = std::filesystem::exists(path, ec);
+    if (std::filesystem::is_directory(folder, ec) && ::access(folder.c_str(), W_OK) != 0) {
+      return Status::IoError("cannot write the registry '" + global.registry_path + "': its folder '" +
+                                      folder.string() + "' is not writable (" + std::strerror(errno) +
+                                      "; SQLite keeps its journal beside the file); copy it somewhere writable");
+    }
+    if (exists && ::access(path.c_str(), W_OK) != 0) {
+      return Status::IoError("cannot write the registry '" + global.registry_path + "': " +
+                                      std::strerror(errno));
+    }
+  }
   registry::RegistryOptions options;
   options.read_only = read_only;
   options.busy_timeout_ms = static_cast<int>(global.busy_timeout_s * 1000);
@@ -114,7 +133,15 @@ std::string HostName() {
 void ApplyHostSettings(const GlobalOptions& global) { backends::SetIntraOpThreads(global.threads); }
 
 int ReportError(const Status& status) {
-  std::fprintf(stderr, "coverage: error: %s\n", status.message().c_str());
+  // Note [Terminal-safe text], line by line (a message may span lines).
+  std::string safe;
+  const std::string& message = status.message();
+  for (size_t at = 0; at <= message.size();) {
+    const size_t nl = std::min(message.find('\n', at), message.size());
+    safe += (at ? "\n" : "") + TerminalSafe(std::string_view(message).substr(at, nl - at));
+    at = nl + 1;
+  }
+  std::fprintf(stderr, "coverage: error: %s\n", safe.c_str());
   return kExitUsage;
 }
 

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/app.h"
+#include "core/text_safety.h"
 #include "apps/flags.h"
 #include "capture/tracer_capture.h"
 #include "core/json_capped.h"
@@ -180,7 +181,7 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   for (const auto& [why, n] : s.reasons) reasons.emplace_back(n, why);
   std::sort(reasons.begin(), reasons.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (size_t i = 0; i < reasons.size() && i < 10; ++i) {
-    std::printf("  %lld pairs %s\n", static_cast<long long>(reasons[i].first), reasons[i].second.c_str());
+    std::printf("  %lld pairs %s\n", static_cast<long long>(reasons[i].first), TerminalSafe(reasons[i].second).c_str());
   }
   std::printf("registry: %s (views v_capture_coverage, v_capture_failures; coverage registry programs)\n",
               global.registry_path.c_str());
@@ -241,7 +242,8 @@ void AddCaptureCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--jobs", flags->jobs,
                   "Tracer processes at once [default: the cores, at most 4, as memory allows]")
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--seed", flags->seed, "Seed of the traced inputs and CPU weights")->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "Seed of the traced inputs and CPU weights")->capture_default_str()
+      ->check(SeedCheck());
   cmd->add_option("--python", flags->python,
                   "Python with torch and transformers [default: $COVERAGE_PYTHON, else <home>/.venv/bin/python]");
   cmd->add_flag("--force", flags->force, "Trace pairs again that were already traced");

@@ -230,7 +230,8 @@ void AddCrawlCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--budget", flags->budget, "Agent: requests in all, retries included, across --resume runs")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  cmd->add_option("--seed", flags->seed, "Agent: seed of its random picks within a region")->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "Agent: seed of its random picks within a region")->capture_default_str()
+      ->check(SeedCheck());
   cmd->add_option("--min-gain", flags->min_gain,
                   "Agent: stop when no action is expected to reveal this many new fine signatures per request")
       ->capture_default_str()

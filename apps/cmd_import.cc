@@ -92,7 +92,8 @@ void AddImportCommand(CLI::App& app, GlobalOptions& global) {
                   "Keep the calls of this op, e.g. mm, aten::addmm, add.Tensor (repeatable) [default: the ops the "
                   "registry holds]");
   cmd->add_flag("--all-ops", flags->all_ops, "Keep the calls of every op");
-  cmd->add_option("--seed", flags->seed, "Seed of the samples' values")->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "Seed of the samples' values")->capture_default_str()
+      ->check(SeedCheck());
   cmd->add_option("--timeout", flags->timeout_s, "Seconds the whole import may take")
       ->capture_default_str()
       ->check(FiniteRange(1, 86400));

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "apps/app.h"
+#include "backends/backends.h"
 #include "core/output_file.h"
 #include "apps/flags.h"
 #include "core/text_safety.h"
@@ -72,6 +73,21 @@ int Report(const GlobalOptions& global, const ReportFlags& flags) {
 }
 
 int Repro(const GlobalOptions& global, const std::string& key, const std::string& backend, uint64_t seed) {
+  // A name no backend has would give a script that compares the CPU with itself.
+  {
+    backends::BackendRegistry known;
+    RegisterBackends(global, known);
+    bool found = backend.rfind("privateuse1:", 0) == 0;
+    std::string names;
+    for (const auto& b : known.Describe()) {
+      found = found || b.name == backend;
+      names += (names.empty() ? "" : ", ") + b.name;
+    }
+    if (!found) {
+      return ReportError(Status::InvalidArgument("--backend '" + TerminalSafe(backend) + "' is not a backend of this "
+                                                 "build (known: " + names + ")"));
+    }
+  }
   auto reg = OpenRegistry(global, /*read_only=*/true);
   if (!reg) return ReportError(reg.error());
   auto found = (*reg)->GetCaseByKey(key);
@@ -86,8 +102,9 @@ int Repro(const GlobalOptions& global, const std::string& key, const std::string
   if (sources && !sources->empty()) {
     std::printf("used by:\n");
     for (const auto& s : *sources) {
-      std::printf("  %s  %s (%s, %lld calls)\n", s.model_id.c_str(), s.module_path.c_str(), s.profile.c_str(),
-                  static_cast<long long>(s.call_count));
+      // Note [Terminal-safe text]: model ids and module paths come from the Hub.
+      std::printf("  %s  %s (%s, %lld calls)\n", TerminalSafe(s.model_id).c_str(), TerminalSafe(s.module_path).c_str(),
+                  TerminalSafe(s.profile).c_str(), static_cast<long long>(s.call_count));
     }
   }
   auto results = (*reg)->ResultsOfCase(key, 5);
@@ -95,7 +112,7 @@ int Repro(const GlobalOptions& global, const std::string& key, const std::string
   if (!results->empty()) {
     std::printf("latest results:\n");
     for (const auto& r : *results) {
-      std::string err = r.error.size() > 200 ? r.error.substr(0, 197) + "..." : r.error;
+      const std::string err = TerminalSafe(r.error, 197);
       std::printf("  %s (%s): %s%s%s\n", r.run_id.c_str(), r.backend.c_str(), std::string(OutcomeName(r.outcome)).c_str(),
                   err.empty() ? "" : ": ", err.c_str());
     }
@@ -124,7 +141,14 @@ int Repro(const GlobalOptions& global, const std::string& key, const std::string
 Result<WrittenReports> WriteReports(const GlobalOptions& global, registry::Registry& reg, const ReportRequest& r) {
   if (r.runs.empty()) return Status::InvalidArgument("--run: name at least one run (or 'latest')");
   // The first run names the report folder (Note [Run ids]).
-  for (const auto& id : r.runs) COV_RETURN_IF_ERROR(CheckRunId(id, "--run"));
+  for (size_t i = 0; i < r.runs.size(); ++i) {
+    COV_RETURN_IF_ERROR(CheckRunId(r.runs[i], "--run"));
+    // Twice would count every result twice.
+    if (std::find(r.runs.begin(), r.runs.begin() + static_cast<std::ptrdiff_t>(i), r.runs[i]) !=
+        r.runs.begin() + static_cast<std::ptrdiff_t>(i)) {
+      return Status::InvalidArgument("--run '" + r.runs[i] + "' is given twice");
+    }
+  }
   for (const auto& id : r.baselines) COV_RETURN_IF_ERROR(CheckRunId(id, "--baseline"));
   reports::ReportOptions options;
   options.run_ids = r.runs;
@@ -269,7 +293,8 @@ void AddReportCommand(CLI::App& app, GlobalOptions& global) {
   repro->add_option("key", *key, "Case key (16 hex digits; in reports and `coverage registry query`)")->required();
   repro->add_option("--backend", *backend, "Backend for the replay command and the script's device")
       ->capture_default_str();
-  repro->add_option("--seed", *seed, "Seed of the script's inputs")->capture_default_str();
+  repro->add_option("--seed", *seed, "Seed of the script's inputs")->capture_default_str()
+      ->check(SeedCheck());
   repro->callback([&global, key, backend, seed]() { global.exit_code = Repro(global, *key, *backend, *seed); });
 }
 

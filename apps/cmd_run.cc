@@ -88,7 +88,14 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
   cmd->add_option("--run", flags->run_id,
                   "Run id (letters, digits, '.', '_', '-'; it names the report folder); an existing id resumes that "
                   "run, skipping finished cases")
-      ->check(RunIdCheck());
+      ->check(RunIdCheck())
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            return s == "latest" ? "'latest' names the newest run in `coverage report --run latest`; give this run "
+                                   "another id"
+                                 : std::string();
+          },
+          ""));
   cmd->add_option("--warm", flags->warm, "Warm backend calls after the first (latency = their median)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000));
@@ -97,7 +104,8 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
                   "for every case), never")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "always", "never"}));
-  cmd->add_option("--seed", flags->seed, "Mixed into every case's input seed")->capture_default_str();
+  cmd->add_option("--seed", flags->seed, "Mixed into every case's input seed")->capture_default_str()
+      ->check(SeedCheck());
   cmd->add_option("--tolerances", flags->tolerances, "Tolerance config [default: <home>/configs/tolerances.json]");
   cmd->add_option("--numerics", flags->numerics,
                   "How the backend declares it computes, so it is judged against that (fp32 matmul operands in bf16 "

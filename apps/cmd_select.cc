@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "apps/app.h"
+#include "apps/flags.h"
 #include "apps/table.h"
 #include "core/progress.h"
 #include "registry/registry.h"
@@ -122,6 +123,7 @@ void AddSelectCommand(CLI::App& app, GlobalOptions& global) {
       ->excludes(k);
   cmd->add_option("--seed", flags->seed, "Breaks exact ties (same distance, same downloads)")
       ->capture_default_str()
+      ->check(SeedCheck())
       ->check(CLI::Range(uint64_t{0}, uint64_t{INT64_MAX}));
   cmd->add_option("--defaults", flags->defaults,
                   "Family defaults and aliases (JSONL) [default: HOME/data/transformers_defaults.jsonl]");

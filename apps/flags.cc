@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <charconv>
+#include <cstdint>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -24,6 +27,20 @@ CLI::Validator FiniteRange(double lo, double hi) {
         return std::string();
       },
       fmt::format("NUMBER in [{}, {}]", lo, hi));
+}
+
+CLI::Validator SeedCheck() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])) || end != s.data() + s.size()) {
+          return "'" + TerminalSafe(s, 40) + "' is not a whole number in [0, 2^64 - 1]";
+        }
+        if (ec == std::errc::result_out_of_range) return s + " is over 2^64 - 1";
+        return std::string();
+      },
+      "UINT64");
 }
 
 CLI::Validator ThreadCount() {

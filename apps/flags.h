@@ -16,6 +16,10 @@ CLI::Validator ThreadCount();
 // A run id (Note [Run ids] in core/text_safety.h).
 CLI::Validator RunIdCheck();
 
+// A seed: a whole number in [0, 2^64 - 1], as typed (before, -1 wrapped to
+// 2^64 - 1 and 2^64 saturated to it).
+CLI::Validator SeedCheck();
+
 // This machine's physical memory in GB (10^9 bytes); 8 when unknown.
 double PhysicalMemoryGb();
 

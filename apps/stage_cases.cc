@@ -159,10 +159,8 @@ int CasesStages::Run(const RunContext& context, const std::vector<std::string>& 
       if (failing.size() > static_cast<size_t>(flags.show_failures)) failing.resize(flags.show_failures);
       std::printf("\nfailing cases (first %d):\n", flags.show_failures);
       for (const auto* row : failing) {
-        const std::string& e = row->result.error;
-        std::string err = e.size() > 300 ? e.substr(0, 297) + "..." : e;
-        std::printf("  %s %s\n    %s: %s\n", row->key.c_str(), row->summary.c_str(),
-                    std::string(OutcomeName(row->result.outcome)).c_str(), err.c_str());
+        std::printf("  %s %s\n    %s: %s\n", TerminalSafe(row->key).c_str(), TerminalSafe(row->summary).c_str(),
+                    std::string(OutcomeName(row->result.outcome)).c_str(), TerminalSafe(row->result.error, 297).c_str());
       }
     }
   }

@@ -165,7 +165,7 @@ int ProgramStages::Run(const RunContext& context, const std::vector<std::string>
   for (const auto& [stage, items] : summary->failing_items) {
     std::string line;
     for (const auto& [item, n] : items) line += fmt::format("{}{} ({})", line.empty() ? "" : ", ", item, n);
-    std::printf("  failing %s items: %s\n", stage.c_str(), line.c_str());
+    std::printf("  failing %s items: %s\n", stage.c_str(), TerminalSafe(line).c_str());
   }
   std::printf("\nrun %s (stages %s, backend %s): %lld models, %lld stage runs now, %lld already done%s, "
               "%lld over a cost cap, %lld blocked by the gate, %lld without a captured program; %.1fs\n",
@@ -186,7 +186,7 @@ int ProgramStages::Run(const RunContext& context, const std::vector<std::string>
     std::printf("\nstage runs without a captured program (skipped; the reason of each is in model_results), by "
                 "capture status:\n");
     for (size_t i = 0; i < reasons.size() && i < 5; ++i) {
-      std::printf("  %4lld  %s\n", static_cast<long long>(reasons[i].first), reasons[i].second.c_str());
+      std::printf("  %4lld  %s\n", static_cast<long long>(reasons[i].first), TerminalSafe(reasons[i].second).c_str());
     }
   }
   if (summary->skipped_by_cost > 0) {
@@ -200,7 +200,7 @@ int ProgramStages::Run(const RunContext& context, const std::vector<std::string>
                 static_cast<long long>(summary->failing_total));
     for (size_t i = 0; i < summary->failures.size() && static_cast<int>(i) < flags.show_failures; ++i) {
       const std::string& f = summary->failures[i];
-      std::printf("  %s\n", f.size() > 400 ? (f.substr(0, 397) + "...").c_str() : f.c_str());
+      std::printf("  %s\n", TerminalSafe(f, 397).c_str());
     }
   }
   return FinishStageRun(global, summary->run_id, "v_model_failures", summary->interrupted, summary->Failed());

@@ -1,4 +1,5 @@
 #include "apps/table.h"
+#include "core/text_safety.h"
 
 #include <algorithm>
 
@@ -36,7 +37,7 @@ std::string Truncate(const std::string& s, size_t max_width) {
 std::string Table::RenderAligned(size_t max_width) const {
   std::vector<size_t> widths(headers.size(), 0);
   auto cell = [&](const std::vector<std::string>& row, size_t c) {
-    return c < row.size() ? Truncate(row[c], max_width) : std::string();
+    return c < row.size() ? Truncate(TerminalSafe(row[c]), max_width) : std::string();  // Note [Terminal-safe text]
   };
   for (size_t c = 0; c < headers.size(); ++c) widths[c] = Width(headers[c]);
   for (const auto& row : rows) {

@@ -1,4 +1,5 @@
 #include "capture/opinfo_import.h"
+#include "core/text_safety.h"
 
 #include <chrono>
 #include <optional>
@@ -53,7 +54,7 @@ class Importer {
     // go to the TraceReader as they are.
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) {
-      return Status::Corruption(fmt::format("{}: not a JSON record: {}", what, line.substr(0, 120)));
+      return Status::Corruption(fmt::format("{}: not a JSON record: {}", what, TerminalSafe(line, 120)));
     }
     COV_ASSIGN_OR_RETURN(std::string type, Field(j, "type", what));
     if (type == "start") {

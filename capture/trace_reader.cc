@@ -1,4 +1,5 @@
 #include "capture/trace_reader.h"
+#include "core/text_safety.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -132,8 +133,8 @@ Status TraceReader::Feed(std::string_view line) {
   const std::string what = fmt::format("tracer output line {}", line_no_);
   json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
-    std::string head(line.substr(0, 120));
-    return Status::Corruption(fmt::format("{}: not a JSON record: {}", what, head));
+    // Note [Terminal-safe text]: whatever a broken tracer printed, shown as text.
+    return Status::Corruption(fmt::format("{}: not a JSON record: {}", what, TerminalSafe(line, 120)));
   }
   const JsonFields f(j, what);
   std::string type;

@@ -1,4 +1,5 @@
 #include "core/progress.h"
+#include "core/text_safety.h"
 
 #include <unistd.h>
 
@@ -26,7 +27,7 @@ void Progress::Update(int64_t done, const std::string& note, double work_done) {
   if (tty_ ? (since_last < 0.1 && !last_one) : (since_last < log_every_s_ && !last_one)) return;
   last_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
-  std::string shown = note.size() > 60 ? note.substr(0, 57) + "..." : note;
+  const std::string shown = TerminalSafe(note, 57);  // Note [Terminal-safe text]: model ids come from the Hub
   std::string counter;
   if (known_total) {
     const double pct = 100.0 * static_cast<double>(done) / static_cast<double>(total_);

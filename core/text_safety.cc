@@ -1,6 +1,7 @@
 #include "core/text_safety.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace coverage {
 namespace {
@@ -63,6 +64,56 @@ std::string SqlQuote(std::string_view s) {
     if (c == '\'') out += '\'';
   }
   return out + "'";
+}
+
+}  // namespace coverage
+
+namespace coverage {
+
+std::string TerminalSafe(std::string_view s, size_t max_bytes) {
+  std::string out;
+  const bool cut = s.size() > max_bytes;
+  if (cut) s = s.substr(0, max_bytes);
+  out.reserve(s.size());
+  const auto hex = [&](unsigned char b) {
+    static const char* digits = "0123456789abcdef";
+    out += "\\x";
+    out += digits[b >> 4];
+    out += digits[b & 15];
+  };
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b < 0x20 || b == 0x7f) {
+      hex(b);
+      ++i;
+      continue;
+    }
+    if (b < 0x80) {
+      out += static_cast<char>(b);
+      ++i;
+      continue;
+    }
+    // A shortest-form UTF-8 sequence of 2 to 4 bytes, not a surrogate, not C1.
+    const size_t length = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
+    bool valid = length > 0 && i + length <= s.size();
+    uint32_t cp = length == 2 ? (b & 0x1F) : length == 3 ? (b & 0x0F) : (b & 0x07);
+    for (size_t k = 1; valid && k < length; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      valid = (c & 0xC0) == 0x80;
+      cp = (cp << 6) | (c & 0x3F);
+    }
+    const uint32_t min = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
+    valid = valid && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF) && !(cp >= 0x80 && cp <= 0x9F);
+    if (!valid) {
+      hex(b);
+      ++i;
+      continue;
+    }
+    out.append(s.substr(i, length));
+    i += length;
+  }
+  if (cut) out += "...";
+  return out;
 }
 
 }  // namespace coverage

@@ -31,4 +31,14 @@ std::string ShellQuote(std::string_view s);
 // `s` as an SQL string literal: in single quotes, each quote doubled.
 std::string SqlQuote(std::string_view s);
 
+// Note [Terminal-safe text]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// Text from outside (a model id or config from the Hub, a tracer's output)
+// printed where a person reads it (the progress line, tables, errors,
+// summaries) must not steer the terminal: every control character (C0, DEL,
+// C1: escapes, NULs, carriage returns, newlines too) and every byte that is
+// not valid UTF-8 becomes a visible \xNN; valid UTF-8 text is kept. At most
+// `max_bytes` of the input are shown, then "...".
+std::string TerminalSafe(std::string_view s, size_t max_bytes = std::string_view::npos);
+
 }  // namespace coverage

@@ -1,4 +1,5 @@
 #include "crawler/curl_http_client.h"
+#include "crawler/fetcher.h"
 
 #include <curl/curl.h>
 
@@ -70,24 +71,55 @@ CurlHttpClient::~CurlHttpClient() {
   if (impl_->easy) curl_easy_cleanup(impl_->easy);
 }
 
+// Note [Redirects checked before they are followed]: curl follows no
+// redirect itself. A 3xx whose Location (resolved against the request) is
+// on the request's own origin is followed here, up to max_redirects; one
+// anywhere else is returned unfollowed, as the 3xx with final_url set to
+// where it points, so nothing is ever sent off the endpoint (the fetcher
+// then reports "redirected off the endpoint"). Before, curl fetched the
+// other origin first and the check came after.
 Result<HttpResponse> CurlHttpClient::Get(const HttpRequest& request) {
   if (!IsHttpUrl(request.url)) {
     return Status::InvalidArgument("only http and https URLs are fetched, not '" + request.url.substr(0, 200) + "'");
   }
   if (!impl_->easy) return Status::Internal("curl_easy_init failed");
+  const CurlOptions& o = impl_->options;
+  std::string url = request.url;
+  for (int redirects = 0;; ++redirects) {
+    HttpResponse response;
+    std::string location;
+    Perform(url, request, &response, &location);
+    response.redirects = redirects;
+    response.final_url = url;
+    if (response.status < 300 || response.status >= 400 || location.empty()) return response;
+    if (detail::Origin(location) != detail::Origin(request.url)) {
+      response.final_url = location;  // not followed
+      return response;
+    }
+    if (redirects + 1 > o.max_redirects) {
+      response.status = 0;
+      response.body.clear();
+      response.error = "more than " + std::to_string(o.max_redirects) + " redirects (curl error " +
+                       std::to_string(static_cast<int>(CURLE_TOO_MANY_REDIRECTS)) + ")";
+      return response;
+    }
+    url = location;
+  }
+}
+
+void CurlHttpClient::Perform(const std::string& url, const HttpRequest& request, HttpResponse* out,
+                             std::string* location) {
   CURL* h = impl_->easy;
   const CurlOptions& o = impl_->options;
   curl_easy_reset(h);
-  HttpResponse response;
+  HttpResponse& response = *out;
   Transfer transfer{&response, o.max_response_bytes};
   char error_buffer[CURL_ERROR_SIZE] = {0};
 
-  curl_easy_setopt(h, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, o.max_redirects > 0 ? 1L : 0L);
-  curl_easy_setopt(h, CURLOPT_MAXREDIRS, static_cast<long>(o.max_redirects));
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);  // Note [Redirects checked before they are followed]
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, o.connect_timeout_ms);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, o.total_timeout_ms);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, o.low_speed_bytes_per_s);
@@ -110,33 +142,28 @@ Result<HttpResponse> CurlHttpClient::Get(const HttpRequest& request) {
 
   long status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-  long redirects = 0;
-  curl_easy_getinfo(h, CURLINFO_REDIRECT_COUNT, &redirects);
-  char* effective = nullptr;
-  curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &effective);
-  response.redirects = static_cast<int>(redirects);
-  if (effective) response.final_url = effective;
+  char* redirect = nullptr;
+  curl_easy_getinfo(h, CURLINFO_REDIRECT_URL, &redirect);  // the Location, resolved against the URL
+  if (redirect) *location = redirect;
 
   if (rc != CURLE_OK) {
     // A transport failure: no usable HTTP answer. Error text comes from curl
     // and names no request header, so a token cannot leak through it.
     response.status = 0;
     response.body.clear();
+    location->clear();
     if (transfer.over_cap || rc == CURLE_FILESIZE_EXCEEDED) {
       response.error = "response larger than " + std::to_string(o.max_response_bytes) + " bytes";
       response.over_size = true;
-    } else if (rc == CURLE_TOO_MANY_REDIRECTS) {
-      response.error = "more than " + std::to_string(o.max_redirects) + " redirects";
     } else if (rc == CURLE_OPERATION_TIMEDOUT) {
       response.error = std::string("timed out: ") + (error_buffer[0] ? error_buffer : curl_easy_strerror(rc));
     } else {
       response.error = error_buffer[0] ? error_buffer : curl_easy_strerror(rc);
     }
     response.error += " (curl error " + std::to_string(static_cast<int>(rc)) + ")";
-    return response;
+    return;
   }
   response.status = static_cast<int>(status);
-  return response;
 }
 
 }  // namespace coverage::crawler

@@ -37,6 +37,8 @@ class CurlHttpClient final : public HttpClient {
   Result<HttpResponse> Get(const HttpRequest& request) override;
 
  private:
+  // One request to `url`, no redirect followed; `location`: where a 3xx points.
+  void Perform(const std::string& url, const HttpRequest& request, HttpResponse* out, std::string* location);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -36,11 +36,26 @@ Status ParseDTypeTable(const json& j, const std::string& where, std::map<DType, 
       if (!value.is_number() || value.get<double>() < 0) {
         return Status::InvalidArgument(here + "." + field + ": expected a non-negative number");
       }
+      // A relative tolerance of 100% or more passes any value of the right sign.
+      if (field == "rtol" && value.get<double>() >= 1) {
+        return Status::InvalidArgument(here + ".rtol: " + value.dump() + " passes any value; give a relative "
+                                       "tolerance under 1 (f32's is 1.3e-6)");
+      }
+      if (field == "multiplier" && value.get<double>() < 1) {
+        return Status::InvalidArgument(here + ".multiplier: " + value.dump() + " would demand the backend beat the "
+                                       "CPU's own error against the fp64 golden; give 1 or more");
+      }
     }
     if (v.contains("rtol") || v.contains("atol")) {
       Tolerance t = (*tol)[*dtype];
       t.rtol = v.value("rtol", t.rtol);
       t.atol = v.value("atol", t.atol);
+      // Zero and zero passes only bit-identical values: no rounding a
+      // reordered sum makes survives it, so every real backend would fail.
+      if (t.rtol == 0 && t.atol == 0 && IsFloatingDType(*dtype)) {
+        return Status::InvalidArgument(here + ": rtol and atol both 0 pass only bit-identical values; a backend "
+                                       "whose kernels sum in another order would fail everything");
+      }
       (*tol)[*dtype] = t;
     }
     if (v.contains("multiplier")) (*mult)[*dtype] = v["multiplier"].get<double>();

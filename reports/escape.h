@@ -8,6 +8,6 @@
 namespace coverage::reports {
 
 std::string EscapeHtml(std::string_view text);  // & < > " ' (text and attribute values)
-std::string EscapeXml(std::string_view text);   // XML 1.0: also drops characters XML cannot hold
+std::string EscapeXml(std::string_view text);   // XML 1.0: characters XML cannot hold shown as \xNN
 
 }  // namespace coverage::reports

@@ -1,6 +1,7 @@
 // EscapeXml (reports/escape.h). Kept apart from EscapeHtml: XML needs the
 // text decoded, since XML 1.0 cannot hold some characters at all.
 #include <cstdint>
+#include <cstdio>
 
 #include "reports/escape.h"
 
@@ -76,14 +77,21 @@ void AppendUtf8(char32_t c, std::string* out) {
 }  // namespace
 
 // Invalid UTF-8 becomes U+FFFD (the output is always valid UTF-8); characters
-// XML cannot hold (most C0 controls, U+FFFE, U+FFFF) are dropped; CR is
-// written as a reference because parsers would fold it into LF.
+// XML cannot hold (most C0 controls, U+FFFE, U+FFFF) are written visibly as
+// \xNN or \uNNNN (a NUL in a model id stays seen, Note [Terminal-safe
+// text]); CR, LF and tab are written as references, because parsers fold
+// CR into LF and an attribute's LF and tab into spaces.
 std::string EscapeXml(std::string_view text) {
   std::string out;
   out.reserve(text.size() + text.size() / 8);
   for (size_t i = 0; i < text.size();) {
     const char32_t c = NextCodePoint(text, &i);
-    if (!IsXmlChar(c)) continue;
+    if (!IsXmlChar(c)) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, c < 0x100 ? "\\x%02x" : "\\u%04x", static_cast<unsigned>(c));
+      out += buf;
+      continue;
+    }
     switch (c) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
@@ -91,6 +99,8 @@ std::string EscapeXml(std::string_view text) {
       case '"': out += "&quot;"; break;
       case '\'': out += "&apos;"; break;
       case '\r': out += "&#13;"; break;
+      case '\n': out += "&#10;"; break;
+      case '\t': out += "&#9;"; break;
       default: AppendUtf8(c, &out);
     }
   }

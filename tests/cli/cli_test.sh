@@ -79,6 +79,32 @@ printf '{"id": "a/b", "config": {"model_type": "llama"}}\n\n{"id": "a/b", "confi
 check "a model id given twice is refused" run 2 "$BIN" --registry "$TMP/dup.db" capture --models "$TMP/dup_models.jsonl"
 check "with both lines" has "dup_models.jsonl:3: model 'a/b' is also on line 1"
 check "and nothing is stored" test ! -e "$TMP/dup.db" -o "$(sqlite3 "$TMP/dup.db" "SELECT COUNT(*) FROM programs" 2>/dev/null || echo 0)" = 0
+# Note [Terminal-safe text]: a tracer that prints 2 MB of random bytes, for
+# a model whose id holds an escape sequence: what reaches the terminal is a
+# few lines of visible text.
+printf '#!/bin/bash\ncat >/dev/null\nhead -c 2000000 /dev/urandom\n' >"$TMP/junk_python"
+chmod +x "$TMP/junk_python"
+printf '{"id": "evil/\\u001b[2Jclear", "config": {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1, "intermediate_size": 64, "vocab_size": 100}}\n' >"$TMP/evil_models.jsonl"
+check "a tracer printing junk fails its pair" run 1 "$BIN" --registry "$TMP/junk.db" capture --models "$TMP/evil_models.jsonl" --profile prefill --python "$TMP/junk_python" --fresh-tracers
+check "and a few KB reach the terminal" test "$(printf %s "$OUT" | wc -c)" -lt 4000
+check "none of them an escape or a control byte" test "$(printf %s "$OUT" | tr -d '\n' | LC_ALL=C tr -d '\040-\176\200-\377' | wc -c)" -eq 0
+check "the model id's escape is shown, not sent" has 'evil/\x1b[2Jclear'
+# A registry in a folder the user cannot write: a clear error, not SQLite's
+# "attempt to write a readonly database" (as root, run as nobody: root writes anywhere).
+as_user=()
+if [[ $(id -u) == 0 ]] && command -v setpriv >/dev/null; then as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups); fi
+if [[ $(id -u) != 0 || ${#as_user[@]} -gt 0 ]]; then
+  mkdir -p "$TMP/ro" && cp "$DB" "$TMP/ro/r.db" && chmod 644 "$TMP/ro/r.db" && chmod 755 "$TMP" && chmod 555 "$TMP/ro"
+  check "a registry in a read-only folder is refused" run 2 "${as_user[@]}" "$BIN" --registry "$TMP/ro/r.db" capture --models "$TMP/bad_models.jsonl"
+  check "saying the folder is not writable" has "its folder '$TMP/ro' is not writable"
+  chmod 755 "$TMP/ro"
+fi
+check "a seed of -1 is refused, not wrapped" run 2 "$BIN" --registry "$DB" run --stage=unit --seed -1
+check "naming the flag" has "--seed: '-1' is not a whole number"
+check "a seed over 2^64 - 1 is refused, not saturated" run 2 "$BIN" --registry "$DB" run --stage=unit --seed 18446744073709551616
+check "'latest' is not a run id a run can take" run 2 "$BIN" --registry "$DB" run --stage=unit --run latest
+check "a repro for an unknown backend is refused" run 2 "$BIN" --registry "$DB" repro 0123456789abcdef --backend neuron
+check "naming the known ones" has "known: cpu"
 printf '{"id": "x/big", "config": {"model_type": "llama", "hidden_size": 1e309}}\n' >"$TMP/overflow_models.jsonl"
 check "a number out of range is refused" run 2 "$BIN" --registry "$TMP/dup.db" capture --models "$TMP/overflow_models.jsonl"
 check "naming the file and line" has "overflow_models.jsonl:1: [json.exception.out_of_range.406] number overflow"

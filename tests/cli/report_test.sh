@@ -118,6 +118,13 @@ check "the refusal names the key" contains "$TMP/bad1.out" "0000000000000000"
 "$BIN" --registry "$DB" report --run no-such-run > "$TMP/bad2.out" 2>&1
 check "an unknown run is refused" test $? -eq 2
 check "the refusal names the run" contains "$TMP/bad2.out" "no-such-run"
+"$BIN" --registry "$DB" report --run n2-unit --run n2-unit > "$TMP/twice.out" 2>&1
+check "a run given twice is refused (it would count every case twice)" test $? -eq 2
+check "the refusal names the run" contains "$TMP/twice.out" "--run 'n2-unit' is given twice"
+# An output path that is a device is written through, never replaced.
+"$BIN" -q --registry "$DB" registry stats -o /dev/null > "$TMP/devnull.out" 2>&1
+check "registry stats -o /dev/null succeeds" test $? -eq 0
+check "and /dev/null is still a device" test -c /dev/null
 echo '{"backend": "sim", "expected_failures": [{"op": "aten::relu"}]}' > "$TMP/noreason.json"
 "$BIN" --registry "$DB" report --run n2-unit --expectations "$TMP/noreason.json" > "$TMP/bad3.out" 2>&1
 check "an expectation without a reason is refused" test $? -eq 2

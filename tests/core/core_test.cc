@@ -309,6 +309,23 @@ TEST(RunId, LettersDigitsDotsDashesAndUnderscoresOnly) {
   EXPECT_NE(CheckRunId(std::string(5000, 'x')).message().find("5000"), std::string::npos);
 }
 
+// Note [Terminal-safe text]: escapes, NULs, line breaks and bytes that are
+// not UTF-8 become visible \xNN; UTF-8 text is kept; long text is cut.
+TEST(TextSafety, TerminalSafeTextCannotSteerTheTerminal) {
+  EXPECT_EQ(TerminalSafe("meta-llama/Llama-3.1-8B"), "meta-llama/Llama-3.1-8B");
+  EXPECT_EQ(TerminalSafe("\x1b[31mred\x1b[0m"), "\\x1b[31mred\\x1b[0m");
+  EXPECT_EQ(TerminalSafe(std::string("a\0b\r\nc\x7f", 7)), "a\\x00b\\x0d\\x0ac\\x7f");
+  EXPECT_EQ(TerminalSafe("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(TerminalSafe("\xc2\x9b" "2J"), "\\xc2\\x9b2J");  // C1 CSI: a terminal would act on it
+  EXPECT_EQ(TerminalSafe("\xff\xc0\xaf\xed\xa0\x80"), "\\xff\\xc0\\xaf\\xed\\xa0\\x80");
+  EXPECT_EQ(TerminalSafe("abcdef", 3), "abc...");
+  std::string junk;
+  for (int i = 0; i < 1 << 16; ++i) junk += static_cast<char>(i * 131 % 256);
+  const std::string shown = TerminalSafe(junk, 120);
+  EXPECT_LE(shown.size(), 4 * 120 + 3);
+  for (char c : shown) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << "a control byte got through";
+}
+
 TEST(Quoting, ShellWordsAndSqlLiteralsSurvivePasting) {
   EXPECT_EQ(ShellQuote("out/main.db"), "out/main.db");
   EXPECT_EQ(ShellQuote("my registry.db"), "'my registry.db'");

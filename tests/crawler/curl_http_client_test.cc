@@ -1,4 +1,5 @@
 // The libcurl client against a real HTTP server on 127.0.0.1 (cpp-httplib).
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -14,7 +15,8 @@ namespace {
 class LocalServer {
  public:
   LocalServer() {
-    server_.Get("/ok", [](const httplib::Request& req, httplib::Response& res) {
+    server_.Get("/ok", [this](const httplib::Request& req, httplib::Response& res) {
+      ++hits;
       res.set_header("Link", "<http://127.0.0.1/api/models?cursor=abc>; rel=\"next\"");
       const bool authed = req.get_header_value("Authorization") == "Bearer hf_secret_token";
       res.set_content(std::string("{\"authed\":") + (authed ? "true" : "false") + "}", "application/json");
@@ -27,6 +29,11 @@ class LocalServer {
     });
     server_.Get("/api/models/google-bert/bert-base-uncased", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("{\"id\":\"google-bert/bert-base-uncased\"}", "application/json");
+    });
+    // A redirect to wherever ?to= says (another port: another origin).
+    server_.Get("/away", [](const httplib::Request& req, httplib::Response& res) {
+      res.status = 302;
+      res.set_header("Location", req.get_param_value("to"));
     });
     server_.Get("/loop", [](const httplib::Request&, httplib::Response& res) {
       res.status = 307;
@@ -69,6 +76,7 @@ class LocalServer {
     thread_.join();
   }
   std::string Url(const std::string& path) const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::atomic<int> hits{0};  // requests /ok answered
 
  private:
   httplib::Server server_;
@@ -96,6 +104,24 @@ TEST(CurlHttpClient, FollowsTheHubsRelativeRedirects) {
   EXPECT_EQ(r->redirects, 1);
   EXPECT_EQ(r->final_url, server.Url("/api/models/google-bert/bert-base-uncased"));
   EXPECT_EQ(r->Header("X-From-Redirect"), "");  // headers of the final answer only
+}
+
+// Note [Redirects checked before they are followed]: a redirect to another
+// origin comes back unfollowed; the other server never sees a request.
+TEST(CurlHttpClient, ARedirectOffTheOriginIsNotFollowed) {
+  LocalServer server, elsewhere;
+  CurlHttpClient client;
+  auto r = client.Get({server.Url("/away?to=" + elsewhere.Url("/ok")), {{"Authorization", "Bearer hf_secret_token"}}});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 302);
+  EXPECT_EQ(r->final_url, elsewhere.Url("/ok"));
+  EXPECT_EQ(elsewhere.hits.load(), 0);
+  // On the same origin it is followed.
+  auto same = client.Get({server.Url("/away?to=" + server.Url("/ok")), {}});
+  ASSERT_TRUE(same.has_value());
+  EXPECT_EQ(same->status, 200);
+  EXPECT_EQ(same->redirects, 1);
+  EXPECT_EQ(server.hits.load(), 1);
 }
 
 TEST(CurlHttpClient, RedirectLoopsAreCutAndTheTokenNeverShows) {

@@ -869,7 +869,7 @@ TEST(ComparisonOptions, NotJsonNamesTheLineAndColumn) {
 TEST(ComparisonOptions, OpKeysThatCanNeverMatchAreRefused) {
   for (const char* op : {"aten::softmax.", "aten::.int", "::softmax", "aten::", "aten::add.Tensor.out",
                          "aten::x::y"}) {
-    const std::string text = std::string(R"({"ops": {")") + op + R"(": {"f32": {"rtol": 1}}}})";
+    const std::string text = std::string(R"({"ops": {")") + op + R"(": {"f32": {"rtol": 0.5}}}})";
     auto o = ComparisonOptions::FromJson(text, "tol.json");
     ASSERT_FALSE(o.has_value()) << op;
     EXPECT_NE(o.error().message().find("tol.json: ops: '" + std::string(op) + "' is not an op name"),
@@ -877,19 +877,37 @@ TEST(ComparisonOptions, OpKeysThatCanNeverMatchAreRefused) {
         << o.error().message();
   }
   for (const char* op : {"aten::softmax", "aten::add.Tensor", "prims::_foo.out"}) {
-    const std::string text = std::string(R"({"ops": {")") + op + R"(": {"f32": {"rtol": 1}}}})";
+    const std::string text = std::string(R"({"ops": {")") + op + R"(": {"f32": {"rtol": 0.5}}}})";
     EXPECT_TRUE(ComparisonOptions::FromJson(text, "tol.json").has_value()) << op;
   }
 }
 
 TEST(ComparisonOptions, BadConfigNamesTheKey) {
-  for (const char* bad : {R"({"dtypes": {"f33": {"rtol": 1}}})", R"({"dtypes": {"f32": {"rtol": -1}}})",
+  for (const char* bad : {R"({"dtypes": {"f33": {"rtol": 0.5}}})", R"({"dtypes": {"f32": {"rtol": -1}}})",
                           R"({"ops": {"softmax": {}}})", R"({"typo": 1})", "not json",
-                          R"({"ops": {"aten::relu": {"dtypes": {"f32": {"rtol": 1}}, "typo": 3}}})"}) {
+                          R"({"ops": {"aten::relu": {"dtypes": {"f32": {"rtol": 0.5}}, "typo": 3}}})"}) {
     auto o = ComparisonOptions::FromJson(bad, "configs/tolerances.json");
     ASSERT_FALSE(o.has_value()) << bad;
     EXPECT_NE(o.error().message().find("configs/tolerances.json"), std::string::npos);
   }
+}
+
+// Tolerances that would judge nothing (every value passes) or nothing a
+// real backend can meet (only bit-identical values pass) are refused by name.
+TEST(ComparisonOptions, TolerancesThatJudgeNothingAreRefused) {
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"dtypes": {"f32": {"rtol": 1e300}}})", "dtypes.f32.rtol: 1e+300 passes any value"},
+      {R"({"dtypes": {"f32": {"rtol": 1}}})", "dtypes.f32.rtol: 1 passes any value"},
+      {R"({"dtypes": {"f32": {"rtol": 0, "atol": 0}}})", "dtypes.f32: rtol and atol both 0"},
+      {R"({"dtypes": {"bf16": {"multiplier": 0.5}}})", "dtypes.bf16.multiplier: 0.5"},
+  };
+  for (const auto& [text, why] : bad) {
+    auto o = ComparisonOptions::FromJson(text, "tol.json");
+    ASSERT_FALSE(o.has_value()) << text;
+    EXPECT_NE(o.error().message().find(why), std::string::npos) << o.error().message();
+  }
+  // Integers are compared exactly anyway; zero there is what they get.
+  EXPECT_TRUE(ComparisonOptions::FromJson(R"({"dtypes": {"i64": {"rtol": 0, "atol": 0}}})", "tol.json").has_value());
 }
 
 TEST(BackendRegistry, UnknownBackendListsTheKnownOnes) {

@@ -209,8 +209,9 @@ TEST(ReportJUnit, HostileTextIsEscaped) {
   EXPECT_EQ(xml.find("<b>"), std::string::npos);
   EXPECT_NE(xml.find("classname=\"aten::&lt;script&gt;\""), std::string::npos) << xml;
   EXPECT_NE(xml.find("classname=\"org/&quot;evil&quot; &amp; &lt;b&gt;\""), std::string::npos);
-  EXPECT_NE(xml.find("name=\"&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &apos;q&apos;  tab\there "
-                     "\xef\xbf\xbd\xef\xbf\xbd end\""),
+  // Control characters stay visible (\x01), a tab survives the attribute.
+  EXPECT_NE(xml.find("name=\"&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &apos;q&apos; \\x01\\x1f "
+                     "tab&#9;here \xef\xbf\xbd\xef\xbf\xbd end\""),
             std::string::npos)
       << xml;
   for (char c : xml) {
@@ -225,11 +226,13 @@ TEST(EscapeXml, EscapesMarkupAndQuotes) {
   EXPECT_EQ(EscapeXml(""), "");
 }
 
-TEST(EscapeXml, DropsCharactersXmlCannotHold) {
-  EXPECT_EQ(EscapeXml(std::string("a\0b\x01\x08\x0b\x0c\x1f" "c", 9)), "abc");
-  EXPECT_EQ(EscapeXml("keep\ttab\nnewline"), "keep\ttab\nnewline");
+// Before, these were dropped: a NUL in a model id vanished from JUnit, and
+// an attribute's newline became a space.
+TEST(EscapeXml, ShowsCharactersXmlCannotHoldAndKeepsLineBreaks) {
+  EXPECT_EQ(EscapeXml(std::string("a\0b\x01\x08\x0b\x0c\x1f" "c", 9)), "a\\x00b\\x01\\x08\\x0b\\x0c\\x1fc");
+  EXPECT_EQ(EscapeXml("keep\ttab\nnewline"), "keep&#9;tab&#10;newline");
   EXPECT_EQ(EscapeXml("cr\r"), "cr&#13;");
-  EXPECT_EQ(EscapeXml("\xef\xbf\xbe\xef\xbf\xbf"), "");  // U+FFFE, U+FFFF
+  EXPECT_EQ(EscapeXml("\xef\xbf\xbe\xef\xbf\xbf"), "\\ufffe\\uffff");  // U+FFFE, U+FFFF
 }
 
 TEST(EscapeXml, ReplacesInvalidUtf8AndKeepsValid) {
