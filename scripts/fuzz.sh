@@ -20,7 +20,7 @@ if [[ -n ${FUZZ_RUNS:-} ]]; then
   [[ $FUZZ_RUNS =~ ^[1-9][0-9]{0,11}$ ]] || { echo "fuzz: FUZZ_RUNS '$FUZZ_RUNS' is not a positive whole number" >&2; exit 1; }
   limit=(-runs="$FUZZ_RUNS")
 fi
-all=(op_case worker_protocol hub_listing hub_headers config_features program expectations tolerances)
+all=(op_case worker_protocol hub_listing hub_headers config_features program expectations tolerances terminal_text)
 targets=("$@")
 ((${#targets[@]})) || targets=("${all[@]}")
 
