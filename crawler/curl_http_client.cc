@@ -73,7 +73,8 @@ CurlHttpClient::~CurlHttpClient() {
 
 // Note [Redirects checked before they are followed]: curl follows no
 // redirect itself. A 3xx whose Location (resolved against the request) is
-// on the request's own origin is followed here, up to max_redirects; one
+// on the request's own origin is followed here, up to max_redirects (0: the
+// 3xx itself is the answer); one
 // anywhere else is returned unfollowed, as the 3xx with final_url set to
 // where it points, so nothing is ever sent off the endpoint (the fetcher
 // then reports "redirected off the endpoint"). Before, curl fetched the
@@ -91,7 +92,8 @@ Result<HttpResponse> CurlHttpClient::Get(const HttpRequest& request) {
     Perform(url, request, &response, &location);
     response.redirects = redirects;
     response.final_url = url;
-    if (response.status < 300 || response.status >= 400 || location.empty()) return response;
+    // max_redirects 0: every redirect comes back as it was answered.
+    if (response.status < 300 || response.status >= 400 || location.empty() || o.max_redirects == 0) return response;
     if (detail::Origin(location) != detail::Origin(request.url)) {
       response.final_url = location;  // not followed
       return response;
