@@ -66,9 +66,25 @@ std::string SqlQuote(std::string_view s) {
   return out + "'";
 }
 
-}  // namespace coverage
 
-namespace coverage {
+std::optional<char32_t> NextUtf8CodePoint(std::string_view text, size_t* i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(*i);
+  const size_t length = b0 < 0x80 ? 1 : (b0 & 0xE0) == 0xC0 ? 2 : (b0 & 0xF0) == 0xE0 ? 3 : (b0 & 0xF8) == 0xF0 ? 4 : 0;
+  char32_t cp = length == 1 ? b0 : length == 2 ? (b0 & 0x1F) : length == 3 ? (b0 & 0x0F) : (b0 & 0x07);
+  bool valid = length > 0 && *i + length <= text.size();
+  for (size_t k = 1; valid && k < length; ++k) {
+    valid = (byte(*i + k) & 0xC0) == 0x80;
+    cp = (cp << 6) | (byte(*i + k) & 0x3F);
+  }
+  const char32_t min = length <= 1 ? 0 : length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
+  if (!valid || cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+    ++*i;
+    return std::nullopt;
+  }
+  *i += length;
+  return cp;
+}
 
 std::string TerminalSafe(std::string_view s, size_t max_bytes) {
   std::string out;
@@ -82,35 +98,14 @@ std::string TerminalSafe(std::string_view s, size_t max_bytes) {
     out += digits[b & 15];
   };
   for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    if (b < 0x20 || b == 0x7f) {
-      hex(b);
-      ++i;
-      continue;
+    const size_t start = i;
+    const std::optional<char32_t> cp = NextUtf8CodePoint(s, &i);
+    // Control characters (C0, DEL, C1) and bytes that are not UTF-8: shown, byte by byte.
+    if (!cp || *cp < 0x20 || *cp == 0x7f || (*cp >= 0x80 && *cp <= 0x9f)) {
+      for (size_t k = start; k < i; ++k) hex(static_cast<unsigned char>(s[k]));
+    } else {
+      out.append(s.substr(start, i - start));
     }
-    if (b < 0x80) {
-      out += static_cast<char>(b);
-      ++i;
-      continue;
-    }
-    // A shortest-form UTF-8 sequence of 2 to 4 bytes, not a surrogate, not C1.
-    const size_t length = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 0;
-    bool valid = length > 0 && i + length <= s.size();
-    uint32_t cp = length == 2 ? (b & 0x1F) : length == 3 ? (b & 0x0F) : (b & 0x07);
-    for (size_t k = 1; valid && k < length; ++k) {
-      const auto c = static_cast<unsigned char>(s[i + k]);
-      valid = (c & 0xC0) == 0x80;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    const uint32_t min = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
-    valid = valid && cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF) && !(cp >= 0x80 && cp <= 0x9F);
-    if (!valid) {
-      hex(b);
-      ++i;
-      continue;
-    }
-    out.append(s.substr(i, length));
-    i += length;
   }
   if (cut) out += "...";
   return out;

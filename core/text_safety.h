@@ -3,6 +3,7 @@
 // the user to paste. Torch-free, no state.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -40,5 +41,10 @@ std::string SqlQuote(std::string_view s);
 // not valid UTF-8 becomes a visible \xNN; valid UTF-8 text is kept. At most
 // `max_bytes` of the input are shown, then "...".
 std::string TerminalSafe(std::string_view s, size_t max_bytes = std::string_view::npos);
+
+// The code point of the shortest-form UTF-8 sequence at text[*i] (not a
+// surrogate, at most U+10FFFF), advancing past it; nullopt for a byte that
+// starts no such sequence, advancing past that byte alone.
+std::optional<char32_t> NextUtf8CodePoint(std::string_view text, size_t* i);
 
 }  // namespace coverage

@@ -99,12 +99,10 @@ void JudgeOutputs(ModelItemResult& item, const std::vector<Judged>& outputs,
   item.detail["mismatched"] = mismatched;
 }
 
-// The main output's positions (rows of its last dimension) in double: the
-// reference's and the backend's logits, the reference's top-k values and
-// whether the backend's top-1 token is among them.
-// Rows of the logits in their own dtype (no float64 copy of a [tokens,
-// vocab] tensor: Note [Memory estimate]); the few values compared are
-// widened.
+// The main output's positions (rows of its last dimension), the reference's
+// top-k values and whether the backend's top-1 token is among them. The
+// logits stay in their own dtype (no float64 copy of a [tokens, vocab]
+// tensor: Note [Memory estimate]); the few values compared are widened.
 struct TopKView {
   int64_t k = 1;
   at::Tensor r, ref_values, top1, in_top;
@@ -708,21 +706,15 @@ MemoryEstimate EstimateMemory(const Program& program, const std::string& stage, 
       e.error = f.message;
       return e;
     }
-    double params = 0;
+    // The parameters' bytes, and the carried ones' (parameters and buffers, training only).
+    double params = 0, carried = 0;
     for (const auto& v : program.values) {
-      if (v.kind == "parameter" && v.tensor) {
-        params += static_cast<double>(v.tensor->StorageNumel()) * static_cast<double>(DTypeSize(v.tensor->dtype));
-      }
+      if (!v.tensor || (v.kind != "parameter" && v.kind != "buffer")) continue;
+      const double bytes = static_cast<double>(v.tensor->StorageNumel()) * static_cast<double>(DTypeSize(v.tensor->dtype));
+      if (v.kind == "parameter") params += bytes;
+      if (train) carried += bytes;
     }
     const auto& samples = r.shape_samples();
-    double carried = 0;
-    if (train) {
-      for (const auto& v : program.values) {
-        if ((v.kind == "parameter" || v.kind == "buffer") && v.tensor) {
-          carried += static_cast<double>(v.tensor->StorageNumel()) * static_cast<double>(DTypeSize(v.tensor->dtype));
-        }
-      }
-    }
     const double judged = samples.empty() ? 0 : std::max(0.0, static_cast<double>(samples.back().live) - carried);
     double boundary = 0;
     if (stage == "module") {

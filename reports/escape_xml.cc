@@ -3,52 +3,13 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "core/text_safety.h"
 #include "reports/escape.h"
 
 namespace coverage::reports {
 namespace {
 
 constexpr char32_t kReplacement = 0xFFFD;
-
-// Decodes one UTF-8 sequence at `text[*i]` and advances past it; a byte that
-// does not start a valid, shortest-form sequence decodes to U+FFFD alone.
-char32_t NextCodePoint(std::string_view text, size_t* i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char b0 = byte(*i);
-  int length = 0;
-  char32_t cp = 0, min = 0;
-  if (b0 < 0x80) {
-    ++*i;
-    return b0;
-  } else if ((b0 & 0xE0) == 0xC0) {
-    length = 2, cp = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    length = 3, cp = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    length = 4, cp = b0 & 0x07, min = 0x10000;
-  } else {
-    ++*i;
-    return kReplacement;
-  }
-  if (*i + length > text.size()) {
-    ++*i;
-    return kReplacement;
-  }
-  for (int k = 1; k < length; ++k) {
-    const unsigned char b = byte(*i + k);
-    if ((b & 0xC0) != 0x80) {
-      ++*i;
-      return kReplacement;
-    }
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-    ++*i;
-    return kReplacement;
-  }
-  *i += length;
-  return cp;
-}
 
 // XML 1.0 Char: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF].
 bool IsXmlChar(char32_t c) {
@@ -85,7 +46,7 @@ std::string EscapeXml(std::string_view text) {
   std::string out;
   out.reserve(text.size() + text.size() / 8);
   for (size_t i = 0; i < text.size();) {
-    const char32_t c = NextCodePoint(text, &i);
+    const char32_t c = NextUtf8CodePoint(text, &i).value_or(kReplacement);
     if (!IsXmlChar(c)) {
       char buf[16];
       std::snprintf(buf, sizeof buf, c < 0x100 ? "\\x%02x" : "\\u%04x", static_cast<unsigned>(c));
