@@ -5,8 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <map>
 #include <cmath>
+#include <map>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include "registry/registry.h"
 #include "selection/features.h"
 #include "capture/selection_models.h"
+#include "selection/registry_select.h"
 
 namespace coverage::apps {
 namespace {
@@ -122,6 +124,7 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
   if (!reg) return ReportError(reg.error());
 
   capture::TracerCaptureOptions options;
+  std::shared_ptr<const selection::FamilyDefaults> imported_defaults;  // a --models file's: features derived below
   if (flags.selection) {
     int64_t resolved = 0;
     auto models = capture::SelectionCaptureModels(**reg, flags.selection_id, flags.only_models, &resolved);
@@ -137,6 +140,7 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
     auto models = LoadModels(models_path, flags.only_models, **defaults);
     if (!models) return ReportError(models.error().WithContext("--models"));
     options.models = std::move(*models);
+    imported_defaults = *defaults;
   }
   for (const auto& p : *profiles) options.profiles.push_back({p.name, p.families});
   capture::TracerSettings& t = options.tracer;
@@ -163,6 +167,17 @@ int RunCapture(const GlobalOptions& global, const CaptureFlags& flags) {
 
   auto summary = capture::RunTracerCapture(**reg, options);
   if (!summary) return ReportError(summary.error().WithContext("capture"));
+  if (imported_defaults) {
+    // The imported configs' features, as a crawl's get them in `coverage
+    // select`: the model stages read each model's structure from them, and
+    // select can choose among the imported models.
+    selection::DeriveOptions derive;
+    derive.stop = options.stop;
+    auto features = selection::DeriveFeatures(**reg, *imported_defaults, derive);
+    if (!features && !(summary->interrupted && features.error().code() == StatusCode::kAborted)) {
+      return ReportError(features.error().WithContext("capture: deriving the models' features"));
+    }
+  }
   const auto& s = *summary;
   std::printf("capture: %lld (model, profile) pairs of %zu models in %.0f s with %d tracer jobs: %lld captured "
               "(%lld on meta, %lld on cpu), %lld not built, %lld refused, %lld failed, %lld not applicable, %lld "

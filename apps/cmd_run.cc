@@ -115,8 +115,16 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
   // Model-level stages.
-  cmd->add_option("--selection-id", flags->selection_id,
-                  "module/model/train: representatives of this selection [default: the latest]");
+  auto* selection_id = cmd->add_option("--selection-id", flags->selection_id,
+                                       "module/model/train: representatives of this selection [default: the latest]");
+  auto* models_file = cmd->add_option(
+      "--models", flags->models_file,
+      "module/model/train: the models of this file instead of a selection: one id per line, or the JSONL file given "
+      "to `coverage capture --models` (its \"id\" members)");
+  auto* all_captured = cmd->add_flag("--all-captured", flags->all_captured,
+                                     "module/model/train: every model with a captured program instead of a selection");
+  models_file->excludes(all_captured)->excludes(selection_id);
+  all_captured->excludes(selection_id);
   cmd->add_option("--profiles", flags->profiles,
                   "module/model/train: input profiles [default: <home>/configs/capture_profiles.json]");
   cmd->add_option("--max-gb", flags->max_gb,

@@ -37,6 +37,11 @@ class CasesStages final : public TestStageFamily {
 int CasesStages::Run(const RunContext& context, const std::vector<std::string>& /*stages*/) const {
   const GlobalOptions& global = context.global;
   const RunFlags& flags = context.flags;
+  if (!flags.models_file.empty() || flags.all_captured || flags.selection_id != 0) {
+    return ReportError(Status::InvalidArgument("--models, --all-captured and --selection-id choose models for "
+                                               "--stage=module, model or train; unit runs op cases (--model filters "
+                                               "them by the model they were captured from)"));
+  }
   if (flags.max_case_flops && *flags.max_case_flops < 0) {
     return ReportError(Status::InvalidArgument("--max-case-flops must be non-negative"));
   }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -24,6 +25,43 @@
 
 namespace coverage::apps {
 namespace {
+
+// The model ids of `run --models FILE`: one per line, or capture's JSONL
+// (an object with a string "id" per line); blank lines and # comments skipped.
+Result<std::vector<std::string>> ReadModelIds(const std::string& path) {
+  COV_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  std::vector<std::string> ids;
+  std::map<std::string, int> line_of;
+  size_t start = 0;
+  for (int line_no = 1; start < text.size(); ++line_no) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    line = line.substr(first, line.find_last_not_of(" \t\r") + 1 - first);
+    const std::string where = fmt::format("{}:{}", path, line_no);
+    std::string id = line;
+    if (line[0] == '{') {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("id") || !j["id"].is_string()) {
+        return Status::InvalidArgument(where + ": a JSON line needs a string \"id\"");
+      }
+      id = j["id"].get<std::string>();
+    }
+    if (id.empty() || id.find_first_of(" \t") != std::string::npos) {
+      return Status::InvalidArgument(where + ": '" + TerminalSafe(id) + "' is not a model id");
+    }
+    if (auto [it, fresh] = line_of.emplace(id, line_no); !fresh) {
+      return Status::InvalidArgument(
+          fmt::format("{}: model '{}' is also on line {}; give each id once", where, TerminalSafe(id), it->second));
+    }
+    ids.push_back(std::move(id));
+  }
+  if (ids.empty()) return Status::InvalidArgument(path + ": no model id in it");
+  return ids;
+}
 
 class ProgramStages final : public TestStageFamily {
  public:
@@ -77,6 +115,12 @@ int ProgramStages::Run(const RunContext& context, const std::vector<std::string>
   FillStageRunOptions(context, *shard, &options);
   options.stages = stages;
   options.selection_id = flags.selection_id;
+  options.all_captured = flags.all_captured;
+  if (!flags.models_file.empty()) {
+    auto ids = ReadModelIds(flags.models_file);
+    if (!ids) return ReportError(ids.error().WithContext("--models"));
+    options.model_ids = std::move(*ids);
+  }
   if (!flags.model.empty()) options.models = {flags.model};
   options.profiles = std::move(*profiles);
   options.profile = flags.profile;
@@ -95,6 +139,8 @@ int ProgramStages::Run(const RunContext& context, const std::vector<std::string>
       {"stage", flags.stage},
       {"backend", flags.backend},
       {"selection", flags.selection_id},
+      {"models", options.model_ids},
+      {"all_captured", flags.all_captured},
       {"model", flags.model},
       {"profile", flags.profile},
       {"profiles", profiles_path},

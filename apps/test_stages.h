@@ -72,6 +72,8 @@ struct RunFlags {
   int show_failures = 10;
   // Program stages.
   int64_t selection_id = 0;
+  std::string models_file;  // the user's own list (ids, or capture's JSONL)
+  bool all_captured = false;
   std::string profiles;
   double max_gb = 8;
   double max_model_flops = 1e12;

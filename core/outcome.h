@@ -43,6 +43,24 @@ std::optional<Outcome> OutcomeFromName(std::string_view name);
 std::string OutcomesText(const std::vector<Outcome>& outcomes);
 Status OutcomesFromText(std::string_view text, std::vector<Outcome>* out);
 
+// Note [Missing kernels]: a backend that has no kernel for an op says so in
+// one of PyTorch's own words, and such a case is kUnsupported, not kError
+// (a gap of the backend, not a failure of a kernel it has):
+//  * the dispatcher: "Could not run 'aten::mm' with arguments from the
+//    'PrivateUse1' backend";
+//  * a default kernel that only throws: "convolution_overrideable not
+//    implemented. ... please use TORCH_LIBRARY_IMPL to override this
+//    function", "convolution_backward_overrideable: You are likely
+//    triggering this ... please use TORCH_LIBRARY_IMPL", "derivative for ...
+//    is not implemented";
+//  * a kernel without the dtype: "\"abs_cpu\" not implemented for 'Int'";
+//  * Python's NotImplementedError (a plugin's Python side), "is not supported".
+// MissingKernel names what is missing: the operator or kernel the message
+// names, with the dtype when it gives one ("aten::mm", "abs_cpu for 'Int'",
+// "convolution_backward_overrideable"); "" when it names none.
+bool LooksUnsupported(std::string_view message);
+std::string MissingKernel(std::string_view message);
+
 // True for outcomes that make a run fail (exit code 1): everything except
 // pass, skipped and expected-failure.
 bool IsUnexpectedFailure(Outcome outcome);

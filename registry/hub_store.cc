@@ -291,6 +291,32 @@ Result<int64_t> Registry::StoreSelection(const SelectionRecord& selection, const
   return id;
 }
 
+Result<std::vector<SelectedModel>> Registry::ModelsById(const std::vector<std::string>& ids) {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT COALESCE(m.model_type, ''), CASE WHEN f.status = 'ok' THEN f.features_json ELSE '' END, "
+      "COALESCE(m.config_json, '') FROM models m LEFT JOIN features f ON f.model_id = m.id WHERE m.id = ?1"));
+  std::vector<SelectedModel> out;
+  for (const std::string& id : ids) {
+    stmt.Bind(1, id);
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) return Status::NotFound("the registry has no model '" + id + "' (capture it first: coverage capture --models)");
+    out.push_back({static_cast<int>(out.size()) + 1, id, stmt.Text(0), stmt.Text(1), stmt.Text(2)});
+    COV_RETURN_IF_ERROR(stmt.Reset());
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> Registry::CapturedModelIds() {
+  COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
+      "SELECT DISTINCT model_id FROM programs WHERE status = 'captured' ORDER BY model_id"));
+  std::vector<std::string> out;
+  for (;;) {
+    COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
+    if (!row) return out;
+    out.push_back(stmt.Text(0));
+  }
+}
+
 Result<std::vector<SelectedModel>> Registry::SelectionModels(int64_t selection_id, int64_t* resolved_id) {
   if (selection_id <= 0) {
     COV_ASSIGN_OR_RETURN(auto newest, db_->Prepare("SELECT MAX(selection_id) FROM selections"));

@@ -80,9 +80,11 @@ Status Registry::Rollback() { return db_->Exec("ROLLBACK"); }
 
 Status Registry::UpsertModel(const ModelRecord& model) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "INSERT INTO models(id, model_type, source, config_json) VALUES (?1, ?2, ?3, ?4) "
+      "INSERT INTO models(id, model_type, source, config_json, config_status) "
+      "VALUES (?1, ?2, ?3, ?4, CASE WHEN ?4 <> '' THEN 'fetched' END) "
       "ON CONFLICT(id) DO UPDATE SET model_type = excluded.model_type, source = excluded.source, "
-      "config_json = COALESCE(NULLIF(excluded.config_json, ''), models.config_json)"));
+      "config_json = COALESCE(NULLIF(excluded.config_json, ''), models.config_json), "
+      "config_status = COALESCE(excluded.config_status, models.config_status)"));
   stmt.Bind(1, model.id).Bind(2, model.model_type).Bind(3, model.source).Bind(4, model.config_json);
   return stmt.Run();
 }

@@ -384,6 +384,11 @@ class Registry {
   // The representatives of selection `selection_id` (0: the newest) in rank
   // order. NotFound when there is no such selection.
   Result<std::vector<SelectedModel>> SelectionModels(int64_t selection_id, int64_t* resolved_id = nullptr);
+  // The models `ids` names, in that order, as SelectedModel rows (rank: the
+  // position, from 1); NotFound naming the first id the registry lacks.
+  Result<std::vector<SelectedModel>> ModelsById(const std::vector<std::string>& ids);
+  // Every model with at least one captured program, by id.
+  Result<std::vector<std::string>> CapturedModelIds();
 
   // Replaces the results of (run, model, stage), under any profile, with
   // `items` under `profile`, in one transaction: a stage of a model is

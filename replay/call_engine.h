@@ -38,7 +38,7 @@ std::vector<c10::IValue> CallOutputs(const torch::jit::Stack& after, const std::
                                      const std::vector<bool>& mutated);
 
 // An exception a backend raised, as the outcome it is: kUnsupported when the
-// message says the backend has no kernel (LooksUnsupported), else kError.
+// message says the backend has no kernel (Note [Missing kernels], core/outcome.h), else kError.
 // The message is its first line without the C++ backtrace, at most max_len.
 struct CallFailure {
   Outcome outcome = Outcome::kPass;

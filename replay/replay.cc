@@ -41,13 +41,6 @@ bool HasFloatingTensor(const OpCase& c) {
 
 }  // namespace
 
-bool LooksUnsupported(std::string_view msg) {
-  return msg.find("Could not run") != std::string_view::npos ||
-         msg.find("not implemented for") != std::string_view::npos ||
-         msg.find("NotImplementedError") != std::string_view::npos ||
-         msg.find("is not supported") != std::string_view::npos;
-}
-
 std::string FirstLine(std::string_view msg, size_t max_len) {
   // c10::Error messages carry a C++ backtrace after the first lines.
   std::string s(msg.substr(0, max_len));

@@ -86,8 +86,6 @@ class ReplayExecutor final : public CaseExecutor {
   std::unique_ptr<InputCache> cache_;
 };
 
-// True when a backend's error message says it has no kernel for the op.
-bool LooksUnsupported(std::string_view msg);
 // An error message without the C++ backtrace c10::Error appends, at most max_len bytes.
 std::string FirstLine(std::string_view msg, size_t max_len = 2000);
 

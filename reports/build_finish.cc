@@ -199,7 +199,53 @@ using build::Fails;
 // within its tolerance and the error accumulated; the search stopped).
 // What answered differently when run again (a rerun, a warm call) is listed
 // as flaky beside the counts.
+std::string_view OpSupport::Support() const {
+  if (unsupported > 0) return unsupported == cases ? "N" : "partly";
+  return "CPU fallback";
+}
+
+namespace {
+
+// A host fallback the backend's counters saw during the case: sim counts
+// "fallbacks" and "fallback:<op>" (sim/sim_fallback.cc); a plugin that counts
+// its own the same way is read the same way.
+bool RanOnAHostFallback(const CaseResult& result) {
+  for (const auto& [name, n] : result.counters) {
+    if (n > 0 && name.rfind("fallback", 0) == 0) return true;
+  }
+  return false;
+}
+
+void FindLacks(Report& r) {
+  r.lacks.clear();
+  std::map<std::pair<std::string, std::string>, OpSupport> groups;
+  for (const CaseEntry& c : r.cases) {
+    if (c.change == Change::kRemoved || !c.result || c.result->outcome == Outcome::kSkipped) continue;
+    OpSupport& s = groups[{c.op, c.dtypes}];
+    s.op = c.op;
+    s.dtypes = c.dtypes;
+    ++s.cases;
+    if (c.result->outcome == Outcome::kUnsupported) {
+      if (s.unsupported++ == 0) {
+        s.missing = MissingKernel(c.result->error);
+        s.example_key = c.key;
+      }
+    } else if (RanOnAHostFallback(*c.result)) {
+      if (s.fallback++ == 0 && s.example_key.empty()) s.example_key = c.key;
+    }
+  }
+  for (auto& [group, s] : groups) {
+    if (s.unsupported + s.fallback > 0) r.lacks.push_back(std::move(s));
+  }
+  auto rank = [](const OpSupport& s) { return s.unsupported == s.cases ? 0 : s.unsupported > 0 ? 1 : 2; };
+  std::stable_sort(r.lacks.begin(), r.lacks.end(),
+                   [&](const OpSupport& a, const OpSupport& b) { return rank(a) < rank(b); });
+}
+
+}  // namespace
+
 void FindBroken(Report& r) {
+  FindLacks(r);
   r.broken_ops.clear();
   r.broken_models.clear();
   std::map<std::pair<std::string, std::string>, BrokenOp> ops;

@@ -49,6 +49,7 @@ std::string ReportToHtml(const Report& report) {
   html::WriteHeader(out, report);
   out += "<main>\n";
   html::WriteBroken(out, report);
+  html::WriteLacks(out, report);
   html::WriteSummary(out, report);
   html::WriteRegressions(out, report);
   html::WriteMatrix(out, report);

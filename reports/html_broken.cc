@@ -125,6 +125,51 @@ void WriteBroken(Out& out, const Report& report) {
   out += "</section>\n";
 }
 
+void WriteLacks(Out& out, const Report& report) {
+  out += "<section id=\"lacks\">\n<h2>What this backend lacks</h2>\n";
+  if (report.cases.empty()) {
+    out += "<p class=\"empty\">No op cases in this report: the unit stage says which kernels the backend "
+           "lacks.</p>\n</section>\n";
+    return;
+  }
+  if (report.lacks.empty()) {
+    out += "<p class=\"empty\">Every judged op case ran on the backend itself: no kernel missing, no host fallback "
+           "counted.</p>\n</section>\n";
+    return;
+  }
+  int64_t missing = 0, fallback = 0;
+  for (const OpSupport& s : report.lacks) (s.unsupported > 0 ? missing : fallback) += 1;
+  Put(out,
+      "<p class=\"lede\">{} op and dtype groups have a case the backend has no kernel for (N: none ran, partly: "
+      "some did not); {} more ran, some of their cases through the backend's host fallback (its counters).</p>\n",
+      missing, fallback);
+  auto table = [&](bool with_missing) {
+    out += "<table class=\"lacks\"><thead><tr><th>Op</th><th>Dtypes</th><th>Support</th>"
+           "<th class=\"num\">Unsupported</th><th class=\"num\">On the host</th><th class=\"num\">Judged</th>"
+           "<th>Missing kernel</th><th>Cases</th></tr></thead><tbody>\n";
+    size_t rows = 0;
+    for (const OpSupport& s : report.lacks) {
+      if ((s.unsupported > 0) != with_missing) continue;
+      if (rows++ == kMaxRegressionRows) break;
+      Put(out,
+          "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+          "<td class=\"num\">{}</td><td><code>{}</code></td><td>{} {}</td></tr>\n",
+          E(s.op), E(s.dtypes), E(s.Support()), s.unsupported, s.fallback, s.cases, E(s.missing),
+          CaseLink(s.op, "all"), CaseLink(s.example_key, "one"));
+    }
+    out += "</tbody></table>\n";
+    if (rows > kMaxRegressionRows) Put(out, "<p class=\"more\">Showing {} groups; the case table has every case.</p>\n",
+                                       kMaxRegressionRows);
+  };
+  if (missing > 0) table(true);
+  if (fallback > 0) {
+    Put(out, "<details><summary>{} groups ran through the host fallback</summary>\n", fallback);
+    table(false);
+    out += "</details>\n";
+  }
+  out += "</section>\n";
+}
+
 void WriteRegressions(Out& out, const Report& report) {
   out += "<section id=\"regressions\">\n<h2>Regressions</h2>\n";
   std::vector<const CaseEntry*> cases;

@@ -77,7 +77,7 @@ void WriteHeader(Out& out, const Report& report) {
   }
   WritePipeline(out, report);
   out +=
-      "<nav><a href=\"#broken\">What is broken</a> <a href=\"#summary\">Summary</a> <a href=\"#regressions\">"
+      "<nav><a href=\"#broken\">What is broken</a> <a href=\"#lacks\">What it lacks</a> <a href=\"#summary\">Summary</a> <a href=\"#regressions\">"
       "Regressions</a> <a href=\"#matrix\">Stages by family</a> <a href=\"#charts\">Charts</a> <a href=\"#models\">"
       "Models</a> <a href=\"#blockers\">Blockers</a> <a href=\"#cases\">Cases</a> <a href=\"#runs\">Runs</a></nav>\n";
   out += "</header>\n";

@@ -84,6 +84,7 @@ std::string FamilyName(std::string_view family);  // "(unknown)" for ""
 
 void WriteHeader(Out& out, const Report& report);        // html_header.cc: title, verdict, pipeline, nav
 void WriteBroken(Out& out, const Report& report);        // html_broken.cc: what fails now
+void WriteLacks(Out& out, const Report& report);         // html_broken.cc: missing kernels, host fallbacks
 void WriteSummary(Out& out, const Report& report);       // html_summary.cc: stage cards, change counts
 void WriteRegressions(Out& out, const Report& report);   // html_broken.cc: what got worse, with repro
 void WriteMatrix(Out& out, const Report& report);        // html_summary.cc: stage x family pass rates

@@ -119,6 +119,17 @@ std::string ReportToJson(const Report& report) {
                                {"worst_key", b.worst_key},
                                {"models", b.models}});
   }
+  j["lacks"] = json::array();
+  for (const auto& s : report.lacks) {
+    j["lacks"].push_back({{"op", s.op},
+                          {"dtypes", s.dtypes},
+                          {"support", s.Support()},
+                          {"cases", s.cases},
+                          {"unsupported", s.unsupported},
+                          {"fallback", s.fallback},
+                          {"missing_kernel", s.missing},
+                          {"example_key", s.example_key}});
+  }
   j["broken_models"] = json::array();
   for (const auto& m : report.broken_models) {
     json divergent = nullptr;

@@ -192,6 +192,22 @@ struct BrokenModel {
   bool is_new = false;  // a new failure since the baseline
 };
 
+// What the backend lacks (Note [Missing kernels] in core/outcome.h), as a
+// backend's supported-operators page lists it: per op and dtypes of the
+// reported unit cases, whether the backend ran them itself, through a host
+// fallback its counters count, or not at all.
+struct OpSupport {
+  std::string op, dtypes;
+  int64_t cases = 0;        // judged cases (skipped ones are not)
+  int64_t unsupported = 0;  // of them, the backend has no kernel for
+  int64_t fallback = 0;     // of the others, run through the backend's host fallback
+  std::string missing;      // what the first unsupported case's error names ("convolution_overrideable")
+  std::string example_key;  // an unsupported case, else a fallback one
+  // "N" (no judged case ran), "partly" (some did not), "CPU fallback" (all
+  // ran, some on the host).
+  std::string_view Support() const;
+};
+
 // Where the reported models came from: the crawl, the selection and the
 // capture in the same registry (absent parts stay empty).
 struct PipelineInfo {
@@ -231,6 +247,7 @@ struct Report {
   std::vector<Blocker> blockers;   // most models blocked first
   std::vector<BrokenOp> broken_ops;       // most failing cases first
   std::vector<BrokenModel> broken_models; // by stage (earliest first), then id
+  std::vector<OpSupport> lacks;           // N, then partly, then CPU fallback; by op and dtypes
   PipelineInfo pipeline;
   std::map<Change, int64_t> changes;  // over cases and model items
   std::vector<std::string> warnings;  // "no baseline for run X: ...", expectations that matched nothing, ...
@@ -244,7 +261,7 @@ struct Report {
 Result<Report> BuildReport(registry::Registry& registry, const ReportOptions& options);
 
 // Derives broken_ops and broken_models from cases and models (Note [What is
-// broken] in build_finish.cc); BuildReport calls it.
+// broken] in build_finish.cc), and lacks from the cases; BuildReport calls it.
 void FindBroken(Report& report);
 
 // Passing for pass rates and the matrix: the op or model works, whether or not

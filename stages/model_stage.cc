@@ -126,15 +126,26 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
   for (const auto& s : stages) label += (label.empty() ? "" : ",") + s;
 
   ModelStageSummary summary;
-  int64_t selection_id = 0;
-  COV_ASSIGN_OR_RETURN(auto models, registry.SelectionModels(options.selection_id, &selection_id));
+  std::vector<registry::SelectedModel> models;
+  std::string source;  // where the models came from, for the error below
+  if (!options.model_ids.empty()) {
+    COV_ASSIGN_OR_RETURN(models, registry.ModelsById(options.model_ids));
+    source = "the --models list";
+  } else if (options.all_captured) {
+    COV_ASSIGN_OR_RETURN(auto ids, registry.CapturedModelIds());
+    if (ids.empty()) return Status::NotFound("the registry holds no captured program yet: run coverage capture first");
+    COV_ASSIGN_OR_RETURN(models, registry.ModelsById(ids));
+    source = "the captured models";
+  } else {
+    int64_t selection_id = 0;
+    COV_ASSIGN_OR_RETURN(models, registry.SelectionModels(options.selection_id, &selection_id));
+    source = fmt::format("the representatives of selection {}", selection_id);
+  }
   std::vector<registry::SelectedModel> chosen;
   for (auto& m : models) {
     if (Matches(options.models, m.model_id)) chosen.push_back(std::move(m));
   }
-  if (chosen.empty()) {
-    return Status::NotFound(fmt::format("no representative of selection {} matches the --model patterns", selection_id));
-  }
+  if (chosen.empty()) return Status::NotFound("no model of " + source + " matches the --model patterns");
 
   COV_ASSIGN_OR_RETURN(StageRun run, StageRun::Open(registry, label, stages.size() == 1 ? stages[0] : "models",
                                                     "checks", options));
@@ -205,7 +216,7 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
       COV_ASSIGN_OR_RETURN(auto captured, registry.GetProgramRecord(model.model_id, profile->name));
       if (!captured || captured->status != "captured") {
         const std::string reason =
-            !captured ? fmt::format("no program captured for profile '{}' (coverage capture --selection --profile '{}')",
+            !captured ? fmt::format("no program captured for profile '{}' (coverage capture --profile '{}')",
                                     profile->name, profile->name)
                       : fmt::format("not captured ({}{}): {}", captured->status,
                                     captured->stage.empty() ? "" : ", " + captured->stage, captured->reason);

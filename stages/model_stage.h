@@ -51,8 +51,13 @@ inline constexpr const char* kModelStages[] = {"module", "model", "train"};
 // models (all stages of a model stay together).
 struct ModelStageOptions : StageRunOptions {
   std::vector<std::string> stages;    // a subset of kModelStages; run in that order
+  // Which models: the listed ids (a user's own list, imported with
+  // `coverage capture --models`), else every model with a captured program
+  // (all_captured), else the representatives of a selection.
+  std::vector<std::string> model_ids;
+  bool all_captured = false;
   int64_t selection_id = 0;           // 0: the latest selection
-  std::vector<std::string> models;    // glob patterns over model ids; empty: all representatives
+  std::vector<std::string> models;    // glob patterns over model ids; empty: all of them
   std::vector<capture::CaptureProfile> profiles;
   std::string profile;                // force this profile for module and model (and train)
   double max_bytes = 8e9;

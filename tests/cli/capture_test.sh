@@ -87,6 +87,34 @@ check "and the router has one row per kept expert" \
   >"$TMP/experts_bad.out" 2>&1
 check "a negative --max-experts is refused, naming the flag" test $? -eq 2 -a -n "$(grep -- --max-experts "$TMP/experts_bad.out")"
 
+# A team's own model list, with no crawl and no selection: the stages run on
+# it (--models, --all-captured) and select chooses among the imported configs.
+check "imported configs have their features" \
+  test "$(q "SELECT COUNT(*) FROM features f JOIN models m ON m.id = f.model_id WHERE f.status = 'ok' AND m.id LIKE 'tiny/%'")" \
+  -eq "$(q "SELECT COUNT(*) FROM models WHERE id LIKE 'tiny/%'")"
+printf '# my models\ntiny/llama\n\ntiny/bert\n' >"$TMP/own.txt"
+"$BIN" -q --registry "$DB" run --stage=module,model --models "$TMP/own.txt" --run own --max-gb 2 >"$TMP/own.out" 2>&1
+check "run --models runs the stages on the listed models" test $? -eq 0 || cat "$TMP/own.out" >&2
+check "both models, both stages, judged and passing" \
+  test "$(q "SELECT COUNT(DISTINCT model_id || ':' || stage) || ':' || SUM(outcome <> 'pass') FROM model_results WHERE run_id = 'own'")" = "4:0"
+"$BIN" -q --registry "$DB" run --stage=model --models "$MODELS" --model 'tiny/*' --run own-jsonl --max-gb 2 \
+  >"$TMP/own_jsonl.out" 2>&1
+check "the capture's JSONL file works as the list" \
+  test "$(q "SELECT COUNT(DISTINCT model_id) FROM model_results WHERE run_id = 'own-jsonl'")" -eq "$(q "SELECT COUNT(*) FROM models WHERE id LIKE 'tiny/%'")"
+"$BIN" -q --registry "$DB" run --stage=model --all-captured --run all --max-gb 2 >"$TMP/all.out" 2>&1
+check "--all-captured runs every model with a captured program" \
+  test "$(q "SELECT COUNT(DISTINCT model_id) FROM model_results WHERE run_id = 'all'")" -eq \
+  "$(q "SELECT COUNT(DISTINCT model_id) FROM programs WHERE status = 'captured'")"
+printf 'tiny/llama\nnobody/never-captured\n' >"$TMP/unknown.txt"
+"$BIN" -q --registry "$DB" run --stage=model --models "$TMP/unknown.txt" --run unknown >"$TMP/unknown.out" 2>&1
+check "a listed model the registry lacks is refused, named" \
+  test $? -eq 2 -a -n "$(grep "nobody/never-captured" "$TMP/unknown.out")"
+"$BIN" -q --registry "$DB" run --stage=unit --models "$TMP/own.txt" >"$TMP/unit_models.out" 2>&1
+check "--models is for the model stages" test $? -eq 2 -a -n "$(grep -- "--stage=module" "$TMP/unit_models.out")"
+"$BIN" -q --registry "$DB" select --k 3 >"$TMP/select.out" 2>&1
+check "select chooses among the imported models" \
+  test "$(q "SELECT COUNT(*) FROM representatives")" -eq 3 || cat "$TMP/select.out" >&2
+
 "$BIN" --registry "$DB" registry programs >"$TMP/list.out" 2>&1
 check "registry programs lists the pairs" contains "$TMP/list.out" "tiny/whisper"
 "$BIN" --registry "$DB" registry programs --model tiny/llama --profile prefill --calls >"$TMP/calls.out" 2>&1

@@ -74,6 +74,41 @@ TEST(Outcome, NamesRoundTripAndFailuresAreClassified) {
   EXPECT_TRUE(IsUnexpectedFailure(Outcome::kCrash));
 }
 
+// Note [Missing kernels]: the words PyTorch 2.13 uses when a backend has no
+// kernel, each an unsupported case naming what is missing; a kernel that
+// fails for another reason stays an error.
+TEST(Outcome, MissingKernelsAreUnsupportedAndNamed) {
+  struct Message {
+    std::string text;
+    std::string missing;
+  };
+  const Message lacking[] = {
+      {"Could not run 'aten::mm' with arguments from the 'PrivateUse1' backend. This could be because the operator "
+       "doesn't exist for this backend, or was omitted during the selective/custom build process (if using custom "
+       "build).",
+       "aten::mm"},
+      {"convolution_overrideable not implemented. You are likely triggering this with tensor backend other than "
+       "CPU/CUDA/MKLDNN, if this is intended, please use TORCH_LIBRARY_IMPL to override this function ",
+       "convolution_overrideable"},
+      {"convolution_backward_overrideable: You are likely triggering this with tensor backend other than "
+       "CPU/CUDA/MKLDNN, if this is intended, please use TORCH_LIBRARY_IMPL to override this function ",
+       "convolution_backward_overrideable"},
+      {"\"abs_cpu\" not implemented for 'Int'", "abs_cpu for 'Int'"},
+      {"derivative for aten::_weight_int4pack_mm is not implemented", "aten::_weight_int4pack_mm"},
+      {"NotImplementedError: The operator 'aten::nonzero' is not currently implemented for the device", ""},
+      {"dtype torch.float8_e4m3fn is not supported on this device", ""},
+  };
+  for (const Message& m : lacking) {
+    EXPECT_TRUE(LooksUnsupported(m.text)) << m.text;
+    EXPECT_EQ(MissingKernel(m.text), m.missing) << m.text;
+  }
+  for (const char* text : {"injected error in aten::mul.Tensor", "Expected all tensors to be on the same device",
+                           "CUDA error: an illegal memory access was encountered", ""}) {
+    EXPECT_FALSE(LooksUnsupported(text)) << text;
+    EXPECT_EQ(MissingKernel(text), "") << text;
+  }
+}
+
 OpCase RichCase() {
   OpCase c = MakeCase("aten::index_put_", "", {});
   TensorSpec strided = testing::Spec(DType::kBFloat16, {4, 8});

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -268,6 +269,77 @@ TEST(HtmlReport, WhatIsBrokenComesFirstGroupedByOpAndDtype) {
   EXPECT_NE(section.find("href=\"#case-filter=k-mm\""), std::string::npos);  // worst case, and the divergent call's
   EXPECT_NE(section.find("model.layers.0.mlp.down_proj"), std::string::npos);
   EXPECT_NE(section.find("href=\"#case-filter=aten::mm\""), std::string::npos);
+}
+
+// Note [Missing kernels]: per op and dtypes, the cases the backend has no
+// kernel for (N when none ran, partly when some did) and those its counters
+// say ran through its host fallback; an expected gap is still a gap.
+TEST(HtmlReport, WhatTheBackendLacksListsMissingKernelsAndHostFallbacks) {
+  Report report = testing::SmallReport();
+  EXPECT_TRUE(report.lacks.empty());  // nothing unsupported, no fallback counted
+  auto add = [&](std::string key, std::string op, std::string dtypes, Outcome outcome, Outcome verdict,
+                 std::string error, std::map<std::string, int64_t> counters) {
+    CaseEntry c;
+    c.run_id = "nightly-42-unit";
+    c.key = std::move(key);
+    c.op = std::move(op);
+    c.dtypes = std::move(dtypes);
+    c.result = CaseResult{};
+    c.result->outcome = outcome;
+    c.result->error = std::move(error);
+    c.result->counters = std::move(counters);
+    c.verdict = verdict;
+    report.cases.push_back(std::move(c));
+  };
+  const std::string conv = "convolution_overrideable not implemented. You are likely triggering this with tensor "
+                           "backend other than CPU/CUDA/MKLDNN, if this is intended, please use TORCH_LIBRARY_IMPL "
+                           "to override this function ";
+  add("k-c1", "aten::convolution", "bf16", Outcome::kUnsupported, Outcome::kUnsupported, conv, {});
+  add("k-c2", "aten::convolution", "bf16", Outcome::kUnsupported, Outcome::kExpectedFailure, conv, {});
+  add("k-a1", "aten::abs", "i32", Outcome::kUnsupported, Outcome::kUnsupported, "\"abs_cpu\" not implemented for 'Int'",
+      {});
+  add("k-a2", "aten::abs", "i32", Outcome::kPass, Outcome::kPass, "", {});
+  add("k-a3", "aten::abs", "i32", Outcome::kSkipped, Outcome::kSkipped, "over the cap", {});
+  add("k-n1", "aten::nonzero", "f32", Outcome::kPass, Outcome::kPass, "",
+      {{"fallbacks", 1}, {"fallback:aten::nonzero", 1}});
+  add("k-n2", "aten::nonzero", "f32", Outcome::kPass, Outcome::kPass, "", {{"kernel_launches", 2}});
+  FindBroken(report);
+
+  ASSERT_EQ(report.lacks.size(), 3u);
+  const OpSupport& none = report.lacks[0];
+  EXPECT_EQ(none.op, "aten::convolution");
+  EXPECT_EQ(none.Support(), "N");
+  EXPECT_EQ(none.cases, 2);
+  EXPECT_EQ(none.unsupported, 2);  // the expected failure counts: the kernel is missing all the same
+  EXPECT_EQ(none.missing, "convolution_overrideable");
+  EXPECT_EQ(none.example_key, "k-c1");
+  const OpSupport& partly = report.lacks[1];
+  EXPECT_EQ(partly.op, "aten::abs");
+  EXPECT_EQ(partly.Support(), "partly");
+  EXPECT_EQ(partly.cases, 2);  // the skipped case was not judged
+  EXPECT_EQ(partly.unsupported, 1);
+  EXPECT_EQ(partly.missing, "abs_cpu for 'Int'");
+  const OpSupport& host = report.lacks[2];
+  EXPECT_EQ(host.op, "aten::nonzero");
+  EXPECT_EQ(host.Support(), "CPU fallback");
+  EXPECT_EQ(host.cases, 2);
+  EXPECT_EQ(host.fallback, 1);
+  EXPECT_EQ(host.example_key, "k-n1");
+
+  const std::string html = ReportToHtml(report);
+  const size_t at = html.find("<section id=\"lacks\">");
+  ASSERT_NE(at, std::string::npos);
+  const std::string section = html.substr(at, html.find("</section>", at) - at);
+  EXPECT_NE(section.find("<code>convolution_overrideable</code>"), std::string::npos);
+  EXPECT_NE(section.find("abs_cpu for &#39;Int&#39;"), std::string::npos) << section;
+  EXPECT_LT(section.find("aten::abs"), section.find("<details>"));      // missing kernels first
+  EXPECT_GT(section.find("aten::nonzero"), section.find("<details>"));  // fallbacks folded below
+  EXPECT_NE(section.find("href=\"#case-filter=k-c1\""), std::string::npos);
+  const nlohmann::json json = nlohmann::json::parse(ReportToJson(report));
+  ASSERT_EQ(json["lacks"].size(), 3u);
+  EXPECT_EQ(json["lacks"][0]["support"], "N");
+  EXPECT_EQ(json["lacks"][1]["missing_kernel"], "abs_cpu for 'Int'");
+  EXPECT_EQ(json["lacks"][2]["fallback"], 1);
 }
 
 // Note [What is broken]: a failing model names its call, the call its

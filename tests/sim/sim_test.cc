@@ -25,6 +25,7 @@
 #include "backends/backends.h"
 #include "backends/plugin_backend.h"
 #include "replay/composites.h"
+#include "replay/call_engine.h"
 #include "replay/program_replay.h"
 #include "replay/replay.h"
 #include "tests/support/case_builder.h"
@@ -451,6 +452,23 @@ TEST(SimReplay, CountersAndCompilesReachTheCaseResult) {
   EXPECT_EQ(back->counters, first.counters);
   EXPECT_EQ(back->warm_spread_us, first.warm_spread_us);
   EXPECT_EQ(back->warm_min_us, first.warm_min_us);
+}
+
+// Sim has no convolution_backward kernel (its host fallback serves only the
+// forward, sim.cc): PyTorch's own "not implemented" is an unsupported call
+// that names the kernel (Note [Missing kernels]), not an error.
+TEST_F(SimOps, AMissingKernelIsUnsupportedAndNamed) {
+  const at::Tensor x = OnSim(at::randn({1, 2, 5, 5}));
+  const at::Tensor w = OnSim(at::randn({3, 2, 3, 3}));
+  const at::Tensor grad = OnSim(at::randn({1, 3, 3, 3}));
+  try {
+    at::convolution_backward(grad, x, w, std::nullopt, {1, 1}, {0, 0}, {1, 1}, false, {0, 0}, 1, {true, true, false});
+    FAIL() << "sim ran convolution_backward";
+  } catch (const std::exception& e) {
+    const CallFailure failure = BackendFailure(e, 2000);
+    EXPECT_EQ(failure.outcome, Outcome::kUnsupported) << failure.message;
+    EXPECT_EQ(MissingKernel(failure.message), "convolution_backward_overrideable") << failure.message;
+  }
 }
 
 // Each fault that leaves the process alive gives its Outcome through replay.
