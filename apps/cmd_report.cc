@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 
 #include "apps/app.h"
 #include "backends/backends.h"
+#include "backends/plugin_backend.h"
 #include "core/output_file.h"
 #include "apps/flags.h"
 #include "core/text_safety.h"
@@ -72,7 +74,8 @@ int Report(const GlobalOptions& global, const ReportFlags& flags) {
   return flags.fail_on_regression && written->regressed ? kExitFailures : kExitOk;
 }
 
-int Repro(const GlobalOptions& global, const std::string& key, const std::string& backend, uint64_t seed) {
+int Repro(const GlobalOptions& global, const std::string& key, const std::string& backend,
+          const std::string& device_name, uint64_t seed) {
   // A name no backend has would give a script that compares the CPU with itself.
   {
     backends::BackendRegistry known;
@@ -119,20 +122,26 @@ int Repro(const GlobalOptions& global, const std::string& key, const std::string
   }
   std::printf("\n# The case as stored (canonical JSON):\n%s\n", c.ToCanonicalJson().c_str());
   std::printf("\n# Replay it on a backend with the unit stage's inputs and judging:\n"
-              "coverage --registry %s run --stage=unit --backend %s --case %s --run repro-%s-%d\n",
-              ShellQuote(global.registry_path).c_str(), ShellQuote(backend).c_str(), ShellQuote(key).c_str(),
+              "coverage --registry %s run --stage=unit --backend %s%s --case %s --run repro-%s-%d\n",
+              ShellQuote(global.registry_path).c_str(), ShellQuote(backend).c_str(),
+              device_name.empty() ? "" : (" --device-name " + ShellQuote(device_name)).c_str(), ShellQuote(key).c_str(),
               ShellQuote(key).c_str(), static_cast<int>(getpid()));
-  std::string device = "cpu";
-  std::string preamble;
-  if (backend == "cuda") device = "cuda";
-  if (backend == "sim" || backend.rfind("privateuse1:", 0) == 0) {
-    device = "privateuseone:0";
-    preamble = backend == "sim" ? "# Load the device first, e.g. torch.ops.load_library('build/lib/libcoverage_sim.so')\n"
-                                : "# Load the device first: torch.ops.load_library('" + backend.substr(12) + "')\n";
+  // The script loads a plugin itself (Note in reports/repro.h), by its
+  // absolute path, so it runs from any folder.
+  reports::ReproTarget target;
+  if (backend == "cuda" || backend == "cuda-tf32") target.device = "cuda";
+  if (backend == "sim") {
+    target.plugin = backends::DefaultSimPluginPath();
+    const char* config = std::getenv("COVERAGE_SIM_CONFIG");  // as the run would take it
+    target.environment = {{"COVERAGE_SIM_CONFIG", config && *config ? std::string(config)
+                                                                      : global.home + "/configs/sim.json"}};
+  } else if (backend.rfind("privateuse1:", 0) == 0) {
+    target.plugin = std::filesystem::absolute(backend.substr(std::string_view("privateuse1:").size())).string();
   }
+  target.device_name = device_name;
   std::printf("\n# The same call in PyTorch (same shapes, dtypes, strides, value domains and seed; the values are "
-              "not bit-identical to the unit stage's):\ncat > repro_%s.py <<'PY'\n%s%sPY\npython3 repro_%s.py\n",
-              key.c_str(), preamble.c_str(), reports::PythonRepro(c, seed, device).c_str(), key.c_str());
+              "not bit-identical to the unit stage's):\ncat > repro_%s.py <<'PY'\n%sPY\npython3 repro_%s.py\n",
+              key.c_str(), reports::PythonRepro(c, seed, target).c_str(), key.c_str());
   return kExitOk;
 }
 
@@ -295,7 +304,13 @@ void AddReportCommand(CLI::App& app, GlobalOptions& global) {
       ->capture_default_str();
   repro->add_option("--seed", *seed, "Seed of the script's inputs")->capture_default_str()
       ->check(SeedCheck());
-  repro->callback([&global, key, backend, seed]() { global.exit_code = Repro(global, *key, *backend, *seed); });
+  auto device_name = std::make_shared<std::string>();
+  repro->add_option("--device-name", *device_name,
+                    "A plugin device's name, for a plugin that leaves its device unnamed (as `run --device-name`)")
+      ->check(DeviceNameCheck());
+  repro->callback([&global, key, backend, device_name, seed]() {
+    global.exit_code = Repro(global, *key, *backend, *device_name, *seed);
+  });
 }
 
 }  // namespace coverage::apps

@@ -63,6 +63,10 @@ void AddRunCommand(CLI::App& app, GlobalOptions& global) {
                       "representatives, built from their configs")
       ->capture_default_str();
   cmd->add_option("--backend", flags->backend, "Backend under test (--list-backends shows them)")->capture_default_str();
+  cmd->add_option("--device-name", flags->device_name,
+                  "Name a PrivateUse1 plugin's device that the plugin leaves unnamed (one that renames itself only "
+                  "from Python), e.g. neuron: its tensors are <name>:0 and the run's backend is privateuse1:<name>")
+      ->check(DeviceNameCheck());
   cmd->add_flag("--list-backends", flags->list_backends, "List the backends of this build and exit");
   cmd->add_option("--op", flags->ops, "Only cases of this op (repeatable), e.g. mm or aten::addmm");
   cmd->add_option("--case", flags->keys, "Only this case, by key (repeatable; `coverage repro KEY` prints one)");

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -41,6 +42,29 @@ CLI::Validator SeedCheck() {
         return std::string();
       },
       "UINT64");
+}
+
+CLI::Validator DeviceNameCheck() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const bool shaped = !s.empty() && s.size() <= 32 && std::islower(static_cast<unsigned char>(s[0])) &&
+                            std::all_of(s.begin(), s.end(), [](char c) {
+                              return std::islower(static_cast<unsigned char>(c)) ||
+                                     std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+                            });
+        if (!shaped) {
+          return "'" + TerminalSafe(s, 40) + "' is not a device name: lower-case letters, digits and '_', starting "
+                 "with a letter, at most 32 (e.g. neuron)";
+        }
+        // PyTorch's own device types cannot be a PrivateUse1 device's name.
+        for (const char* taken : {"cpu", "cuda", "mps", "xpu", "meta", "hip", "xla", "lazy", "mtia", "hpu", "ve",
+                                  "ipu", "vulkan", "metal", "fpga", "maia", "mkldnn", "opengl", "opencl", "ideep",
+                                  "ort", "privateuseone"}) {
+          if (s == taken) return "'" + s + "' is PyTorch's own device type; give the plugin's device a name of its own";
+        }
+        return std::string();
+      },
+      "NAME");
 }
 
 CLI::Validator ThreadCount() {

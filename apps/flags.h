@@ -20,6 +20,10 @@ CLI::Validator RunIdCheck();
 // 2^64 - 1 and 2^64 saturated to it).
 CLI::Validator SeedCheck();
 
+// A PrivateUse1 device's name for --device-name: lower-case letters, digits
+// and '_', not one of PyTorch's own device types.
+CLI::Validator DeviceNameCheck();
+
 // This machine's physical memory in GB (10^9 bytes); 8 when unknown.
 double PhysicalMemoryGb();
 

@@ -77,6 +77,7 @@ int CasesStages::Run(const RunContext& context, const std::vector<std::string>& 
   setup.warm_iterations = flags.warm;
   isolation::IsolatedCaseExecutor* isolated = nullptr;
   std::string declared;  // the numerics the run is judged under
+  backends::BackendIdentity identity;
   auto made = MakeExecutor<isolation::IsolatedCaseExecutor, replay::CaseExecutor>(
       context, setup,
       [&](std::shared_ptr<backends::Backend> backend,
@@ -85,13 +86,15 @@ int CasesStages::Run(const RunContext& context, const std::vector<std::string>& 
         return std::unique_ptr<replay::CaseExecutor>(
             std::make_unique<replay::ReplayExecutor>(std::move(backend), resolved.Replay()));
       },
-      &isolated);
+      &isolated, &identity);
   if (auto* rc = std::get_if<int>(&made)) return *rc;
   std::unique_ptr<replay::CaseExecutor> executor = std::move(std::get<0>(made));
   if (isolated) declared = isolated->declared_numerics();
 
   stages::UnitStageOptions options;
   FillStageRunOptions(context, *shard, &options);
+  options.backend_name = identity.name;
+  options.backend_version = identity.version;
   options.filter = filter;
   options.max_case_flops = flags.max_case_flops;
   const double max_case_gb = flags.max_case_gb > 0 ? flags.max_case_gb : PhysicalMemoryGb() / 2;

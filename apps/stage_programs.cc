@@ -162,6 +162,7 @@ int ProgramStages::Run(const RunContext& context, const std::vector<std::string>
   isolation::IsolatedModelStageRunner* isolated = nullptr;
   std::shared_ptr<backends::Backend> in_process_backend;  // the in-process runner's, kept for its life
   std::string declared;  // the numerics the run is judged under
+  backends::BackendIdentity identity;
   auto made = MakeExecutor<isolation::IsolatedModelStageRunner, replay::ProgramStageRunner>(
       context, std::move(setup),
       [&](std::shared_ptr<backends::Backend> backend,
@@ -173,8 +174,10 @@ int ProgramStages::Run(const RunContext& context, const std::vector<std::string>
         return std::unique_ptr<replay::ProgramStageRunner>(
             std::make_unique<replay::InProcessProgramStageRunner>(*in_process_backend, replay));
       },
-      &isolated);
+      &isolated, &identity);
   if (auto* rc = std::get_if<int>(&made)) return *rc;
+  options.backend_name = identity.name;
+  options.backend_version = identity.version;
   std::unique_ptr<replay::ProgramStageRunner> runner = std::move(std::get<0>(made));
   if (isolated) declared = isolated->declared_numerics();
   config["checks"]["numerics"] = NumericsRecord(context, declared);

@@ -174,6 +174,7 @@ void PrintIsolationStats(const isolation::IsolationStats& st, const std::string&
 isolation::WorkerSetup BaseWorkerSetup(const RunContext& context) {
   isolation::WorkerSetup setup;
   setup.backend = context.flags.backend;
+  setup.device_name = context.flags.device_name;
   setup.tolerances_json = context.tolerances_text;
   setup.tolerances_source = context.tolerances_path;
   setup.checks.comparison = context.comparison;

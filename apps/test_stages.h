@@ -53,6 +53,7 @@ namespace coverage::apps {
 struct RunFlags {
   std::string stage = "unit";
   std::string backend = "cpu";
+  std::string device_name;  // names a plugin's unnamed device (backends::NameDevice)
   std::vector<std::string> ops;
   std::vector<std::string> keys;
   std::string model;
@@ -217,13 +218,14 @@ nlohmann::json NumericsRecord(const RunContext& context, const std::string& decl
 // processes set up with `setup`, the first one started, so that a backend
 // that cannot load is an error before anything runs (*isolated points at
 // it); none: `in_process(backend)` in this process. Returns the executor,
-// or the exit code of the failure, which is reported.
+// or the exit code of the failure, which is reported; *identity: the
+// backend as the run records it (name and version).
 template <typename Isolated, typename Base>
 std::variant<std::unique_ptr<Base>, int> MakeExecutor(
     const RunContext& context, isolation::WorkerSetup setup,
     const std::function<Result<std::unique_ptr<Base>>(std::shared_ptr<backends::Backend>,
                                                       const isolation::WorkerSetup&)>& in_process,
-    Isolated** isolated) {
+    Isolated** isolated, backends::BackendIdentity* identity) {
   if (context.flags.isolation == "process") {
     // The parent never touches the backend: workers load it (Note [Worker processes]).
     auto options = MakeIsolation(context.global, context.flags, std::move(setup), context.stop);
@@ -232,10 +234,15 @@ std::variant<std::unique_ptr<Base>, int> MakeExecutor(
     Status started = e->Start();
     if (!started.ok()) return StartFailed(started, context.flags.backend, context.stop);
     *isolated = e.get();
+    *identity = e->backend_identity();
     return std::unique_ptr<Base>(std::move(e));
   }
   auto backend = context.backends.Create(context.flags.backend);
   if (!backend) return ReportError(backend.error().WithContext("--backend"));
+  if (Status named = backends::NameDevice(**backend, context.flags.device_name); !named.ok()) {
+    return ReportError(named.WithContext("--device-name"));
+  }
+  *identity = backends::IdentityOf(**backend);
   ApplyHostSettings(context.global);
   if (Status s = setup.UseBackendNumerics(context.flags.backend, backends::BackendNumericsOf(**backend)); !s.ok()) {
     return ReportError(s.WithContext("--numerics"));

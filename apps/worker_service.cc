@@ -30,6 +30,9 @@ json WorkerService::Setup(const json& setup_json) {
   if (!setup) return {{"error", setup.error().message()}};
   auto backend = make_backend_(setup->backend);
   if (!backend) return {{"error", backend.error().message()}};
+  if (Status named = backends::NameDevice(**backend, setup->device_name); !named.ok()) {
+    return {{"error", named.WithContext("--device-name").message()}};
+  }
   Status numerics = setup->UseBackendNumerics(setup->backend, backends::BackendNumericsOf(**backend));
   if (!numerics.ok()) return {{"error", numerics.message()}};
   auto state = std::make_unique<WorkerState>();
@@ -40,8 +43,10 @@ json WorkerService::Setup(const json& setup_json) {
     return load_program_(registry, model_id, profile);
   };
   state_ = std::move(state);
+  const backends::BackendIdentity identity = backends::IdentityOf(*state_->backend);
   return {{"ready", true},
-          {"backend_version", backends::BackendVersionOf(*state_->backend)},
+          {"backend_name", identity.name},
+          {"backend_version", identity.version},
           {"numerics", state_->setup.checks.comparison.numerics.text}};
 }
 

@@ -118,11 +118,35 @@ void RegisterCudaBackend(BackendRegistry& registry) {
   }
 }
 
-std::string BackendVersionOf(const Backend& backend) { return backend.Version(); }
 
 std::string BackendNumericsOf(const Backend& backend) { return backend.Numerics(); }
 
 std::string BackendNameOf(const Backend& backend) { return backend.name(); }
+
+BackendIdentity IdentityOf(const Backend& backend) {
+  BackendIdentity id{backend.name(), backend.Version()};
+  constexpr std::string_view kByPath = "privateuse1:";
+  if (id.name.rfind(kByPath, 0) == 0 && backend.device().type() == c10::DeviceType::PrivateUse1) {
+    id.name = std::string(kByPath) + c10::get_privateuse1_backend();
+  }
+  return id;
+}
+
+Status NameDevice(const Backend& backend, const std::string& name) {
+  if (name.empty()) return Status::Ok();
+  if (backend.device().type() != c10::DeviceType::PrivateUse1) {
+    return Status::InvalidArgument("--device-name names a PrivateUse1 plugin's device; backend '" + backend.name() +
+                                   "' runs on " + backend.device().str());
+  }
+  const std::string current = c10::get_privateuse1_backend();
+  if (current == name) return Status::Ok();
+  if (current != "privateuseone") {
+    return Status::InvalidArgument("the plugin named its device '" + current + "' itself; --device-name '" + name +
+                                   "' would rename it (leave --device-name out)");
+  }
+  c10::register_privateuse1_backend(name);
+  return Status::Ok();
+}
 
 std::string LibtorchVersion() { return TORCH_VERSION; }
 

@@ -64,8 +64,19 @@ void RegisterCpuBackend(BackendRegistry& registry);
 void RegisterCudaBackend(BackendRegistry& registry);
 
 std::string BackendNameOf(const Backend& backend);
-// Backend::Version(), for torch-free callers.
-std::string BackendVersionOf(const Backend& backend);
+// A backend as runs and baselines know it: its name, where a plugin loaded by
+// path ("privateuse1:/opt/x/libx.so") is named by its device instead
+// ("privateuse1:neuron"), so moving the library keeps its baselines; and the
+// version of its software stack (Backend::Version, "" for none).
+struct BackendIdentity {
+  std::string name, version;
+};
+BackendIdentity IdentityOf(const Backend& backend);
+// --device-name: gives a PrivateUse1 plugin's device `name` when the plugin
+// left it unnamed ("privateuseone"; one that renames itself only from
+// Python). Nothing for "". Errors: the backend is not a PrivateUse1 one, or
+// its device already has another name.
+Status NameDevice(const Backend& backend, const std::string& name);
 // Backend::Numerics(): its declared numerics as JSON, "" for none.
 std::string BackendNumericsOf(const Backend& backend);
 std::string LibtorchVersion();

@@ -287,6 +287,7 @@ Result<std::unique_ptr<WorkerProcess>> WorkerPool::StartWorker(int attempt) {
                                    "': " + ready.error().message());
   }
   declared_numerics_ = ready->numerics;
+  backend_identity_ = {ready->backend_name, ready->backend_version};
   return worker;
 }
 

@@ -19,7 +19,8 @@
 // worker`), each test stage family its own (apps/test_stages.h). Messages
 // are JSON lines, each one object; records travel as JSON values, never as
 // JSON text inside a string:
-//   {"setup": {...WorkerSetup}}       -> {"ready": true, "backend_version": "...", "numerics": "..."} | {"error": "..."}
+//   {"setup": {...WorkerSetup}}       -> {"ready": true, "backend_name": "...", "backend_version": "...",
+//                                         "numerics": "..."} | {"error": "..."}
 //   {"unit": {...OpCase}, "again": b}  -> {"result": {...CaseResult}}
 //   {"model": {stage, model_id, profile}} -> {"items": [...]}   (the worker loads the
 //                                        program from the setup's registry)
@@ -41,6 +42,7 @@
 #include "replay/model_check.h"
 #include "replay/program_replay.h"
 #include "replay/replay.h"
+#include "backends/backends.h"
 #include "isolation/worker.h"
 
 namespace coverage::isolation {
@@ -93,6 +95,7 @@ struct IsolationPolicy {
 // Everything a worker needs before its first request.
 struct WorkerSetup {
   std::string backend;             // a name BackendRegistry knows
+  std::string device_name;         // --device-name: names a plugin's unnamed device ("" keeps it)
   std::string tolerances_json;     // configs/tolerances.json text
   std::string tolerances_source;   // its path, for errors
   std::string registry;            // model stages: where the worker loads programs from
@@ -152,6 +155,8 @@ class WorkerPool {
   // The declared numerics the last worker set up judges under (JSON text, ""
   // for none; Note [Declared numerics] in replay/numerics.cc).
   const std::string& declared_numerics() const { return declared_numerics_; }
+  // The backend as the last worker set up reports it (name, version).
+  const backends::BackendIdentity& backend_identity() const { return backend_identity_; }
 
  private:
   Result<std::unique_ptr<WorkerProcess>> StartWorker(int attempt);
@@ -161,6 +166,7 @@ class WorkerPool {
   std::map<int, std::unique_ptr<WorkerProcess>> standby_;  // by attempt; spawned, not yet set up
   IsolationStats stats_;
   std::string declared_numerics_;
+  backends::BackendIdentity backend_identity_;
 };
 
 class IsolatedCaseExecutor final : public CaseExecutor {
@@ -173,6 +179,7 @@ class IsolatedCaseExecutor final : public CaseExecutor {
   Status HarnessStatus() const override { return harness_; }
   const IsolationStats& stats() { return pool_.stats(); }
   const std::string& declared_numerics() const { return pool_.declared_numerics(); }
+  const backends::BackendIdentity& backend_identity() const { return pool_.backend_identity(); }
 
  private:
   CaseResult RunOnce(const std::string& request, const OpCase& op_case, int attempt);
@@ -191,6 +198,7 @@ class IsolatedModelStageRunner final : public ProgramStageRunner {
   Status HarnessStatus() const override { return harness_; }
   const IsolationStats& stats() { return pool_.stats(); }
   const std::string& declared_numerics() const { return pool_.declared_numerics(); }
+  const backends::BackendIdentity& backend_identity() const { return pool_.backend_identity(); }
 
  private:
   std::vector<ModelItemResult> RunOnce(const std::string& request, const std::string& stage, int attempt);

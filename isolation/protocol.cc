@@ -11,6 +11,7 @@ using nlohmann::json;
 json WorkerSetup::ToJson() const {
   const ModelCheckOptions& c = checks;
   return json{{"backend", backend},
+              {"device_name", device_name},
               {"registry", registry},
               {"tolerances_json", tolerances_json},
               {"tolerances_source", tolerances_source},
@@ -28,6 +29,7 @@ Result<WorkerSetup> WorkerSetup::FromJson(const json& j) {
   const JsonFields f(j, "worker setup", StatusCode::kInvalidArgument);
   WorkerSetup s;
   COV_RETURN_IF_ERROR(f.RequiredString("backend", &s.backend));
+  COV_RETURN_IF_ERROR(f.String("device_name", &s.device_name));
   COV_RETURN_IF_ERROR(f.String("registry", &s.registry));
   s.tolerances_json = "{}";
   COV_RETURN_IF_ERROR(f.String("tolerances_json", &s.tolerances_json));
@@ -83,8 +85,9 @@ Result<SetupReply> ParseSetupReply(std::string_view line) {
   if (!j.is_object()) return Status::InvalidArgument(std::string(line));
   if (auto ready = j.find("ready"); ready != j.end() && ready->is_boolean() && ready->get<bool>()) {
     SetupReply reply;
-    if (auto numerics = j.find("numerics"); numerics != j.end() && numerics->is_string()) {
-      reply.numerics = numerics->get<std::string>();
+    for (auto [name, to] : {std::pair{"numerics", &reply.numerics}, std::pair{"backend_name", &reply.backend_name},
+                            std::pair{"backend_version", &reply.backend_version}}) {
+      if (auto member = j.find(name); member != j.end() && member->is_string()) *to = member->get<std::string>();
     }
     return reply;
   }

@@ -116,8 +116,8 @@ Result<MergeSummary> Registry::MergeFrom(const std::string& source_path) {
     }
     COV_RETURN_IF_ERROR(db_->Exec(
         "INSERT OR IGNORE INTO main.runs(run_id, stage, backend, started_at, finished_at, libtorch_version, host, "
-        "git_revision, config_json) SELECT run_id, stage, backend, started_at, NULL, libtorch_version, host, "
-        "git_revision, config_json FROM src.runs ORDER BY seq"));
+        "git_revision, config_json, backend_name, backend_version) SELECT run_id, stage, backend, started_at, NULL, "
+        "libtorch_version, host, git_revision, config_json, backend_name, backend_version FROM src.runs ORDER BY seq"));
     // An earlier start wins.
     COV_RETURN_IF_ERROR(db_->Exec(
         "UPDATE main.runs SET started_at = (SELECT s.started_at FROM src.runs s WHERE s.run_id = main.runs.run_id) "

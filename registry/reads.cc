@@ -69,6 +69,7 @@ Result<StoredResult> ReadResult(const Statement& stmt, int first, const std::str
 constexpr const char* kRunOverview =
     "SELECT r.run_id, r.stage, r.backend, r.started_at, COALESCE(r.finished_at, ''), COALESCE(r.libtorch_version, ''), "
     "COALESCE(r.host, ''), COALESCE(r.git_revision, ''), COALESCE(r.config_json, ''), "
+    "COALESCE(r.backend_name, ''), COALESCE(r.backend_version, ''), "
     "(SELECT COUNT(*) FROM results x WHERE x.run_id = r.run_id), "
     "(SELECT COUNT(*) FROM model_results x WHERE x.run_id = r.run_id), "
     "COALESCE((SELECT MAX(shard_count) FROM run_shards s WHERE s.run_id = r.run_id), 0), "
@@ -86,17 +87,19 @@ RunRecord ReadRun(const Statement& stmt) {
   r.host = stmt.Text(6);
   r.git_revision = stmt.Text(7);
   r.config_json = stmt.Text(8);
+  r.backend_name = stmt.Text(9);
+  r.backend_version = stmt.Text(10);
   return r;
 }
 
-// Columns 0-8 as ReadRun reads them, then the counts.
+// Columns 0-10 as ReadRun reads them, then the counts.
 RunOverview ReadOverview(const Statement& stmt) {
   RunOverview o;
   o.run = ReadRun(stmt);
-  o.unit_results = stmt.Int(9);
-  o.model_results = stmt.Int(10);
-  o.shard_count = stmt.Int(11);
-  o.shards_finished = stmt.Int(12);
+  o.unit_results = stmt.Int(11);
+  o.model_results = stmt.Int(12);
+  o.shard_count = stmt.Int(13);
+  o.shards_finished = stmt.Int(14);
   return o;
 }
 
@@ -184,8 +187,8 @@ Result<std::vector<ModelResultRecord>> Registry::ModelResultsForRun(const std::s
 
 Result<std::optional<RunRecord>> Registry::GetRun(const std::string& run_id) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "SELECT run_id, stage, backend, started_at, finished_at, libtorch_version, host, git_revision, config_json "
-      "FROM runs WHERE run_id = ?1"));
+      "SELECT run_id, stage, backend, started_at, finished_at, libtorch_version, host, git_revision, config_json, "
+      "COALESCE(backend_name, ''), COALESCE(backend_version, '') FROM runs WHERE run_id = ?1"));
   stmt.Bind(1, run_id);
   COV_ASSIGN_OR_RETURN(bool row, stmt.Step());
   if (!row) return std::optional<RunRecord>();
@@ -210,14 +213,14 @@ Result<std::optional<RunOverview>> Registry::GetRunOverview(const std::string& r
 // finished run before the reported one in this order. A run merged from
 // another registry takes the next seq here, when it is merged (runs merged
 // from one file keep their order there).
-Result<std::vector<RunOverview>> Registry::FinishedRunsBefore(const std::string& stage, const std::string& backend,
-                                                              const std::string& run_id) {
+Result<std::vector<RunOverview>> Registry::FinishedRunsBefore(const std::string& stage, const std::string& run_id) {
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(std::string(kRunOverview) +
-                                               "JOIN runs me ON me.run_id = ?3 "
-                                               "WHERE r.stage = ?1 AND r.backend = ?2 AND "
+                                               "JOIN runs me ON me.run_id = ?2 "
+                                               "WHERE r.stage = ?1 AND COALESCE(NULLIF(r.backend_name, ''), r.backend) "
+                                               "= COALESCE(NULLIF(me.backend_name, ''), me.backend) AND "
                                                "COALESCE(r.finished_at, '') <> '' AND r.seq < me.seq "
                                                "ORDER BY r.seq DESC"));
-  stmt.Bind(1, stage).Bind(2, backend).Bind(3, run_id);
+  stmt.Bind(1, stage).Bind(2, run_id);
   std::vector<RunOverview> out;
   for (;;) {
     COV_ASSIGN_OR_RETURN(bool row, stmt.Step());

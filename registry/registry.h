@@ -132,6 +132,12 @@ struct RunRecord {
   std::string host;
   std::string git_revision;
   std::string config_json;  // the effective options of the run
+  // The backend as baselines know it (schema v14): "cpu", "sim",
+  // "privateuse1:<device name>" (not the plugin's path); "" for a run stored
+  // before, whose `backend` is its identity. Identity() gives either.
+  std::string backend_name;
+  std::string backend_version;  // the plugin's coverage_backend_version, "" for none
+  const std::string& Identity() const { return backend_name.empty() ? backend : backend_name; }
 };
 
 // Who writes a run (or one shard of it) now: see Registry::AcquireRunLease.
@@ -484,11 +490,11 @@ class Registry {
   // row; no SQL outside registry/.
   // A run with its result count and shard progress; nullopt when unknown.
   Result<std::optional<RunOverview>> GetRunOverview(const std::string& run_id);
-  // Finished runs of `stage` on `backend` recorded before run `run_id` in
+  // Finished runs of `stage` on run `run_id`'s backend (RunRecord::Identity:
+  // by name, whatever path a plugin was loaded from) recorded before it in
   // this registry (Note [Run order] in reads.cc), newest first (baseline
   // candidates).
-  Result<std::vector<RunOverview>> FinishedRunsBefore(const std::string& stage, const std::string& backend,
-                                                      const std::string& run_id);
+  Result<std::vector<RunOverview>> FinishedRunsBefore(const std::string& stage, const std::string& run_id);
   // Every unit result of `run_id` with its case's key, op, summary and dtypes.
   Result<std::vector<CaseResultRow>> CaseResultsForRun(const std::string& run_id);
   // The models each case with a result in either run was captured from,

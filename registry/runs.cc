@@ -22,10 +22,11 @@ Result<RunRecord> Registry::CreateOrResumeRun(const RunRecord& run, bool* resume
     return *existing;
   }
   COV_ASSIGN_OR_RETURN(auto stmt, db_->Prepare(
-      "INSERT INTO runs(run_id, stage, backend, started_at, libtorch_version, host, git_revision, config_json) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"));
+      "INSERT INTO runs(run_id, stage, backend, started_at, libtorch_version, host, git_revision, config_json, "
+      "backend_name, backend_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULLIF(?9, ''), ?10)"));
   stmt.Bind(1, run.run_id).Bind(2, run.stage).Bind(3, run.backend).Bind(4, run.started_at);
   stmt.Bind(5, run.libtorch_version).Bind(6, run.host).Bind(7, run.git_revision).Bind(8, run.config_json);
+  stmt.Bind(9, run.backend_name).Bind(10, run.backend_version);
   COV_RETURN_IF_ERROR(stmt.Run());
   if (resumed) *resumed = false;
   return run;

@@ -557,6 +557,16 @@ constexpr std::string_view kV13 = R"sql(
 ALTER TABLE programs ADD COLUMN max_experts INTEGER NOT NULL DEFAULT 0;  -- --max-experts; 0: every expert
 )sql";
 
+// Version 14: a run records the backend as baselines know it (its name, and
+// for a plugin the device's name rather than the library's path, so moving
+// the library keeps its baseline) and the version of its software stack
+// (a plugin's coverage_backend_version). Older runs have neither: their
+// backend column is their identity.
+constexpr std::string_view kV14 = R"sql(
+ALTER TABLE runs ADD COLUMN backend_name TEXT;     -- "cpu", "sim", "privateuse1:<device name>"
+ALTER TABLE runs ADD COLUMN backend_version TEXT;  -- "" when the backend gives none
+)sql";
+
 }  // namespace
 
 const std::vector<Migration>& Migrations() {
@@ -574,6 +584,7 @@ const std::vector<Migration>& Migrations() {
       {11, "runs in the order they were recorded; the fastest warm call of each result", kV11},
       {12, "the trace device's decomposition of calls recorded whole", kV12},
       {13, "the expert cut a program was traced with", kV13},
+      {14, "a run's backend by name and version", kV14},
   };
   return kMigrations;
 }

@@ -214,7 +214,8 @@ Result<Report> Builder::Build() {
       why = "none given";
     }
     if (baseline) {
-      if (JudgingOptions(*baseline) != JudgingOptions(run)) {
+      const bool across = baseline->backend_name != run.backend_name;
+      if (JudgingOptions(*baseline, across) != JudgingOptions(run, across)) {
         r.warnings.push_back("baseline " + baseline->run_id + " of run " + run.run_id +
                              " was judged with other options: differences may come from them");
       }

@@ -21,6 +21,8 @@ RunInfo FromOverview(const registry::RunOverview& o) {
   const registry::RunRecord& r = o.run;
   RunInfo run{r.run_id, r.stage, r.backend, r.started_at, r.finished_at, r.host, r.git_revision, r.libtorch_version,
               r.config_json};
+  run.backend_name = r.Identity();
+  run.backend_version = r.backend_version;
   run.results = o.unit_results + o.model_results;
   const nlohmann::json config = nlohmann::json::parse(r.config_json, nullptr, false);
   for (const char* judging : {"replay", "checks"}) {
@@ -93,26 +95,34 @@ Result<RunInfo> LoadRun(Registry& registry, const std::string& run_id) {
 // A run's stored configuration minus where it ran (shard, isolation) and the
 // paths of its config files (their contents are in the judging options'
 // digests): a one-case replay (`--case`), another filter or cost cap is not a
-// baseline for a full run.
-nlohmann::json JudgingOptions(const RunInfo& run) {
+// baseline for a full run. The backend is not a judging option: baselines
+// are found on the run's own backend (FindBaseline), and a baseline given on
+// another backend is that comparison on purpose; `across_backends` also
+// leaves out the numerics each backend declares for itself.
+nlohmann::json JudgingOptions(const RunInfo& run, bool across_backends) {
   nlohmann::json j = nlohmann::json::parse(run.config_json, nullptr, false);
   if (!j.is_object()) return nlohmann::json();
   // max_case_gb defaults to the machine's memory: a case it skips shows as
   // skipped, which the diff reports, rather than making runs incomparable.
-  for (const char* k : {"shard", "isolation", "tolerances", "profiles", "max_case_gb"}) j.erase(k);
+  for (const char* k : {"shard", "isolation", "tolerances", "profiles", "max_case_gb", "backend"}) j.erase(k);
+  if (across_backends) {
+    for (const char* judging : {"replay", "checks"}) {
+      if (j.contains(judging) && j[judging].is_object()) j[judging].erase("numerics");
+    }
+  }
   return j;
 }
 
 Result<std::pair<std::optional<RunInfo>, std::string>> FindBaseline(Registry& registry, const RunInfo& run) {
-  COV_ASSIGN_OR_RETURN(auto earlier, registry.FinishedRunsBefore(run.stage, run.backend, run.run_id));
-  const nlohmann::json judging = JudgingOptions(run);
+  COV_ASSIGN_OR_RETURN(auto earlier, registry.FinishedRunsBefore(run.stage, run.run_id));
+  const nlohmann::json judging = JudgingOptions(run, false);
   for (const auto& overview : earlier) {
     RunInfo candidate = FromOverview(overview);
-    if (JudgingOptions(candidate) == judging) return std::make_pair(std::optional<RunInfo>(candidate), std::string());
+    if (JudgingOptions(candidate, false) == judging) return std::make_pair(std::optional<RunInfo>(candidate), std::string());
   }
-  std::string why = "no finished " + run.stage + " run on " + run.backend + " started before it";
+  std::string why = "no finished " + run.stage + " run on " + run.backend_name + " started before it";
   if (!earlier.empty()) {
-    why = std::to_string(earlier.size()) + " earlier finished " + run.stage + " run(s) on " + run.backend +
+    why = std::to_string(earlier.size()) + " earlier finished " + run.stage + " run(s) on " + run.backend_name +
           " ran other cases or were judged with other options";
   }
   return std::make_pair(std::optional<RunInfo>(), why);

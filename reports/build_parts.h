@@ -90,7 +90,7 @@ Result<RunInfo> LoadRun(registry::Registry& registry, const std::string& run_id)
 // What makes two runs comparable (Note [Run diffs]): the options that decide
 // verdicts, and what was run; null when the stored configuration is not an
 // object.
-nlohmann::json JudgingOptions(const RunInfo& run);
+nlohmann::json JudgingOptions(const RunInfo& run, bool across_backends);
 
 // The last finished run of the same stage and backend before `run` in the
 // run order (Note [Run order] in registry/reads.cc), judged with the same

@@ -11,6 +11,15 @@
 namespace coverage::reports::html {
 namespace {
 
+// The backend as given, and as baselines know it when that differs (a
+// plugin's device name for its path), with its version.
+std::string BackendCell(const RunInfo& run) {
+  std::string cell = E(run.backend);
+  if (!run.backend_name.empty() && run.backend_name != run.backend) cell += " <code>" + E(run.backend_name) + "</code>";
+  if (!run.backend_version.empty()) cell += "<br><small>" + E(run.backend_version) + "</small>";
+  return cell;
+}
+
 void WriteRunTable(Out& out, std::string_view id, const std::vector<RunInfo>& runs) {
   Put(out,
       "<table id=\"{}\"><thead><tr><th>Run</th><th>Stage</th><th>Backend</th><th>Host</th><th>Git revision</th>"
@@ -22,7 +31,7 @@ void WriteRunTable(Out& out, std::string_view id, const std::vector<RunInfo>& ru
     Put(out,
         "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>"
         "<td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
-        E(run.run_id), E(run.stage), E(run.backend), E(run.host), E(run.git_revision), E(run.libtorch_version),
+        E(run.run_id), E(run.stage), BackendCell(run), E(run.host), E(run.git_revision), E(run.libtorch_version),
         E(run.numerics), E(run.started_at), run.finished_at.empty() ? "<em>not finished</em>" : E(run.finished_at), run.results,
         E(run.shards));
   }

@@ -15,6 +15,8 @@ json RunToJson(const RunInfo& run) {
   json j = {{"run_id", run.run_id},
             {"stage", run.stage},
             {"backend", run.backend},
+            {"backend_name", run.backend_name},
+            {"backend_version", run.backend_version},
             {"started_at", run.started_at},
             {"finished_at", run.finished_at},
             {"host", run.host},

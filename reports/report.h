@@ -91,6 +91,9 @@ struct RunInfo {
   // The numerics it was judged under (Note [Declared numerics]): "fp32 operands
   // rounded to bf16 in 12 ops (...)", "exact fp32"; "" when not recorded.
   std::string numerics;
+  // The backend as baselines know it (registry::RunRecord::Identity) and its
+  // version ("" when it gives none or the run predates schema v14).
+  std::string backend_name, backend_version;
 };
 
 // One op case of a reported unit run, or of its baseline when removed. The

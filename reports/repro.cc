@@ -115,7 +115,7 @@ std::string Value(const Argument& a) {
 
 }  // namespace
 
-std::string PythonRepro(const OpCase& recorded, uint64_t seed, const std::string& device) {
+std::string PythonRepro(const OpCase& recorded, uint64_t seed, const ReproTarget& target) {
   // An index takes the whole dimension it indexes, as in replay.
   OpCase c = recorded;
   IndexRules(c);
@@ -123,8 +123,36 @@ std::string PythonRepro(const OpCase& recorded, uint64_t seed, const std::string
   const std::string op = c.op.substr(c.op.find("::") == std::string::npos ? 0 : c.op.find("::") + 2);
   const std::string ns = c.op.find("::") == std::string::npos ? "aten" : c.op.substr(0, c.op.find("::"));
   py << "# " << recorded.Summary() << "\n"
-     << "import torch\n\n"
-     << "DEVICE = " << PyString(device) << "\n"
+     << "import torch\n\n";
+  if (target.plugin.empty()) {
+    py << "DEVICE = " << PyString(target.device) << "\n";
+  } else {
+    if (!target.environment.empty()) py << "import os\n";
+    for (const auto& [name, value] : target.environment) {
+      py << "os.environ.setdefault(" << PyString(name) << ", " << PyString(value) << ")\n";
+    }
+    py << "import types\n"
+       << "torch.ops.load_library(" << PyString(target.plugin) << ")\n";
+    if (!target.device_name.empty()) {
+      py << "if torch._C._get_privateuse1_backend_name() == 'privateuseone':\n"
+         << "    torch.utils.rename_privateuse1_backend(" << PyString(target.device_name) << ")\n";
+    }
+    py << "NAME = torch._C._get_privateuse1_backend_name()\n"
+       << "if not hasattr(torch, NAME):\n"
+       << "    # The device module PyTorch looks up for a PrivateUse1 device; the\n"
+       << "    # backend's own Python package would register a complete one.\n"
+       << "    module = types.ModuleType('torch.' + NAME)\n"
+       << "    module.is_available = lambda: True\n"
+       << "    module.is_initialized = lambda: True\n"
+       << "    module._lazy_init = lambda: None\n"
+       << "    module._is_in_bad_fork = lambda: False\n"
+       << "    module.device_count = lambda: 1\n"
+       << "    module.current_device = lambda: 0\n"
+       << "    module.manual_seed_all = lambda seed: None\n"
+       << "    torch._register_device_module(NAME, module)\n"
+       << "DEVICE = NAME + ':0'\n";
+  }
+  py
      << "torch.manual_seed(" << seed << ")\n\n"
      << "class Input:\n"
      << "    # One tensor argument: flat storage for its strides and offset, filled in\n"

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <string_view>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -251,7 +252,11 @@ void SimHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes
 // library is what makes the device exist).
 
 // The name first: c10 accepts it only before any tensor of the device exists.
+// $COVERAGE_SIM_UNNAMED=1 leaves the device "privateuseone", as a backend
+// whose C++ library leaves naming to its Python package (`--device-name`).
 const bool kDeviceNamed = [] {
+  const char* unnamed = std::getenv("COVERAGE_SIM_UNNAMED");
+  if (unnamed != nullptr && std::string_view(unnamed) == "1") return false;
   c10::register_privateuse1_backend(kDeviceName);
   return true;
 }();

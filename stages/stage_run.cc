@@ -96,6 +96,8 @@ Result<StageRun> StageRun::Open(registry::Registry& registry, const std::string&
   record.run_id = run.id_;
   record.stage = stage;
   record.backend = options.backend;
+  record.backend_name = options.backend_name;
+  record.backend_version = options.backend_version;
   record.started_at = NowIso8601();
   record.libtorch_version = options.libtorch_version;
   record.host = options.host;

@@ -25,7 +25,8 @@ namespace coverage::stages {
 struct StageRunOptions {
   std::string run_id;                   // empty: a new id from the time (NewRunId)
   std::string backend = "cpu";          // stored with the run
-  std::string backend_version;          // stored with the run
+  std::string backend_name;             // stored with the run: backends::BackendIdentity
+  std::string backend_version;
   std::string libtorch_version;
   std::string host;
   std::string git_revision;

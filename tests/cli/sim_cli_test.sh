@@ -87,6 +87,74 @@ if [[ -n "${TESTDEV_PLUGIN:-}" ]]; then
     grep -Eq '^2\.[0-9]+' <<<"$(sqlite3 "$DB" "SELECT libtorch_version FROM runs WHERE run_id = 'testdev'")"
 fi
 
+PY=$COVERAGE_HOME/.venv/bin/python
+json_of() { "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])); print($2)" "$1"; }
+if [[ -n "${TESTDEV_PLUGIN:-}" && -x "$PY" ]]; then
+  check "the run records the plugin's version" test "$(sqlite3 "$DB" \
+    "SELECT backend_version FROM runs WHERE run_id = 'testdev'")" = "testdev 0.1 (kernels in libcoverage_testdev_kernels.so)"
+  check "and its backend by the device's name, not the library's path" \
+    test "$(sqlite3 "$DB" "SELECT backend_name FROM runs WHERE run_id = 'testdev'")" = "privateuse1:testdev"
+  # The same plugin from another folder is the same backend: its baseline stays.
+  mkdir -p "$TMP/moved"
+  cp "$(dirname "$TESTDEV_PLUGIN")"/*.so "$TMP/moved/"
+  COVERAGE_SIM_CONFIG="$TMP/exact.json" "$BIN" -q --registry "$DB" run --stage=unit \
+    --backend "privateuse1:$TMP/moved/$(basename "$TESTDEV_PLUGIN")" --op relu --op add --run testdev-moved >/dev/null 2>&1
+  "$BIN" -q --registry "$DB" report --run testdev-moved --format json --out "$TMP/moved-report" >/dev/null 2>&1
+  check "moving the plugin's library keeps its baseline" \
+    test "$(json_of "$TMP/moved-report/report.json" "r['baselines'][0]['run_id']")" = testdev
+  check "  the report shows the version" \
+    test "$(json_of "$TMP/moved-report/report.json" "r['runs'][0]['backend_version']")" = "testdev 0.1 (kernels in libcoverage_testdev_kernels.so)"
+  # Another backend as the baseline on purpose: compared, without a warning
+  # that it was judged differently.
+  COVERAGE_SIM_CONFIG="$TMP/exact.json" "$BIN" -q --registry "$DB" run --stage=unit --backend sim --op relu --op add \
+    --run sim-relu-add >/dev/null 2>&1
+  "$BIN" -q --registry "$DB" report --run testdev-moved --baseline sim-relu-add --format json --out "$TMP/cross" \
+    >/dev/null 2>&1
+  check "a cross-backend baseline is compared" \
+    test "$(json_of "$TMP/cross/report.json" "r['baselines'][0]['backend_name']")" = sim
+  check "  without a warning about other options" \
+    test "$(json_of "$TMP/cross/report.json" "sum('other options' in w for w in r['warnings'])")" = 0
+fi
+
+# A plugin that leaves its device unnamed (its Python package would name it):
+# --device-name names it.
+SIM_SO=$(dirname "$BIN")/../lib/libcoverage_sim.so
+COVERAGE_SIM_UNNAMED=1 COVERAGE_SIM_CONFIG="$TMP/exact.json" "$BIN" -q --registry "$DB" run --stage=unit \
+  --backend "privateuse1:$SIM_SO" --device-name neuron --op relu --run named >"$TMP/named.out" 2>&1
+check "--device-name names an unnamed plugin's device and its cases pass" test $? -eq 0 || cat "$TMP/named.out" >&2
+check "  the run's backend is that name" \
+  test "$(sqlite3 "$DB" "SELECT backend_name FROM runs WHERE run_id = 'named'")" = "privateuse1:neuron"
+COVERAGE_SIM_UNNAMED=1 COVERAGE_SIM_CONFIG="$TMP/exact.json" "$BIN" -q --registry "$DB" run --stage=unit \
+  --backend "privateuse1:$SIM_SO" --op relu --run unnamed >/dev/null 2>&1
+check "without it the device keeps PyTorch's default name" \
+  test "$(sqlite3 "$DB" "SELECT backend_name FROM runs WHERE run_id = 'unnamed'")" = "privateuse1:privateuseone"
+"$BIN" -q --registry "$DB" run --stage=unit --backend sim --device-name neuron --op relu --run renamed >"$TMP/renamed.out" 2>&1
+check "a device the plugin named itself is not renamed" test $? -eq 2 -a -n "$(grep "named its device 'sim' itself" "$TMP/renamed.out")"
+"$BIN" -q --registry "$DB" run --stage=unit --backend sim --device-name cuda --op relu >"$TMP/cuda_name.out" 2>&1
+check "PyTorch's own device types are refused as names" test $? -eq 2 -a -n "$(grep "PyTorch's own device type" "$TMP/cuda_name.out")"
+
+# The repro script loads the plugin and registers its device module itself.
+if [[ -x "$PY" ]]; then
+  key=$(sqlite3 "$DB" "SELECT c.key FROM results r JOIN op_cases c USING (case_id) WHERE r.run_id = 'named' LIMIT 1")
+  script_of() { sed -n "/^cat > repro_.*<<'PY'\$/,/^PY\$/p" "$1" | sed '1d;$d'; }
+  "$BIN" -q --registry "$DB" repro "$key" --backend sim >"$TMP/repro_sim.out" 2>&1
+  script_of "$TMP/repro_sim.out" >"$TMP/repro_sim.py"
+  (cd "$TMP" && COVERAGE_SIM_CONFIG="$TMP/exact.json" "$PY" repro_sim.py) >"$TMP/repro_sim.run" 2>&1
+  check "sim's repro script runs on sim" test $? -eq 0 -a -n "$(grep "output 0: .*max abs diff vs cpu 0" "$TMP/repro_sim.run")" ||
+    cat "$TMP/repro_sim.run" >&2
+  "$BIN" -q --registry "$DB" repro "$key" --backend "privateuse1:$SIM_SO" --device-name neuron >"$TMP/repro_named.out" 2>&1
+  check "  the replay command keeps --device-name" grep -q -- "--device-name neuron" "$TMP/repro_named.out"
+  script_of "$TMP/repro_named.out" >"$TMP/repro_named.py"
+  (cd "$TMP" && COVERAGE_SIM_UNNAMED=1 COVERAGE_SIM_CONFIG="$TMP/exact.json" "$PY" - <<EOF_PY
+exec(open('repro_named.py').read())
+print('device', DEVICE)
+EOF_PY
+  ) >"$TMP/repro_named.run" 2>&1
+  check "an unnamed plugin's repro script names its device and runs" \
+    test -n "$(grep "^device neuron:0" "$TMP/repro_named.run")" -a -n "$(grep "output 0:" "$TMP/repro_named.run")" ||
+    cat "$TMP/repro_named.run" >&2
+fi
+
 COVERAGE_SIM_PLUGIN="$TMP/none.so" "$BIN" -q --registry "$DB" run --stage=unit --backend sim >"$TMP/noplugin.out" 2>&1
 check "COVERAGE_SIM_PLUGIN moves sim" grep -q "none.so': no such file" "$TMP/noplugin.out"
 

@@ -293,7 +293,7 @@ TEST(Registry, RunsOfVersionTenAreNumberedInTheOrderTheyWereRecorded) {
   EXPECT_EQ(q->rows[1], (std::vector<std::string>{"a", "2"}));
   EXPECT_EQ(q->rows[2], (std::vector<std::string>{"late", "3"}));
   EXPECT_EQ(q->rows[3], (std::vector<std::string>{"new", "4"}));
-  auto before = r->FinishedRunsBefore("unit", "sim", "new");
+  auto before = r->FinishedRunsBefore("unit", "new");
   ASSERT_TRUE(before.has_value());
   EXPECT_TRUE(before->empty()) << "none of them is finished";
 }
@@ -490,7 +490,7 @@ TEST(Registry, TypedReadsForReportsParseOutcomesAndNameCorruptRows) {
   EXPECT_EQ((*overview)->unit_results, 1);
   EXPECT_EQ((*overview)->shard_count, 0);
   EXPECT_FALSE(r->GetRunOverview("nope")->has_value());
-  auto before = r->FinishedRunsBefore("unit", "cpu", "r2");
+  auto before = r->FinishedRunsBefore("unit", "r2");
   ASSERT_TRUE(before.has_value());
   ASSERT_EQ(before->size(), 1u);
   EXPECT_EQ((*before)[0].run.run_id, "r1");

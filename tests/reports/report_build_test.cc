@@ -843,7 +843,7 @@ TEST(Repro, AnIndexTakesTheWholeDimensionItIndexesAsInReplay) {
                              TensorArg("indices", testing::Spec(DType::kInt64, {1, 4}, ids)),
                              testing::IntArg("padding_idx", -1), BoolArg("scale_grad_by_freq", false),
                              BoolArg("sparse", false)});
-  const std::string script = PythonRepro(c, 0, "cpu");
+  const std::string script = PythonRepro(c, 0, ReproTarget{});
   EXPECT_NE(script.find("Input([1, 4], [4, 1], 0, torch.int64, 'integer', 0, 50257)"), std::string::npos) << script;
   EXPECT_EQ(script.find("'integer', 1, 32768"), std::string::npos) << script;
 }
@@ -866,7 +866,7 @@ TEST(Repro, AnOpOfThisProjectRunsInThePythonRepro) {
   c.args.push_back(mask);
   TempDir dir;
   const std::string script = dir.File("repro.py");
-  std::ofstream(script) << PythonRepro(c, 0, "cpu");
+  std::ofstream(script) << PythonRepro(c, 0, ReproTarget{});
   const std::string out = dir.File("out.txt");
   const std::string command = "'" + python + "' '" + script + "' > '" + out + "' 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << std::ifstream(out).rdbuf();
