@@ -53,7 +53,9 @@ begin setup
 bash scripts/setup.sh
 end_step setup
 begin build
-bash scripts/build.sh
+# Only what the job runs: the CLI (and its workers), sim, the hub replay
+# server; the test command builds the tests, benchmarks and fuzz targets.
+bash scripts/build.sh coverage coverage_sim hub-replay
 end_step build
 
 OUT=${COVERAGE_OUT:-out}
