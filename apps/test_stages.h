@@ -234,7 +234,7 @@ std::variant<std::unique_ptr<Base>, int> MakeExecutor(
     Status started = e->Start();
     if (!started.ok()) return StartFailed(started, context.flags.backend, context.stop);
     *isolated = e.get();
-    *identity = e->backend_identity();
+    *identity = {e->backend_name(), e->backend_version()};
     return std::unique_ptr<Base>(std::move(e));
   }
   auto backend = context.backends.Create(context.flags.backend);

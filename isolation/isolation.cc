@@ -287,7 +287,8 @@ Result<std::unique_ptr<WorkerProcess>> WorkerPool::StartWorker(int attempt) {
                                    "': " + ready.error().message());
   }
   declared_numerics_ = ready->numerics;
-  backend_identity_ = {ready->backend_name, ready->backend_version};
+  backend_name_ = ready->backend_name;
+  backend_version_ = ready->backend_version;
   return worker;
 }
 
@@ -315,10 +316,28 @@ Result<WorkerReply> WorkerPool::Call(const std::string& request, double timeout_
   return reply;
 }
 
+Status WorkerPool::Send(const std::string& request) {
+  ++stats_.requests;
+  COV_RETURN_IF_ERROR(EnsureWorker());
+  worker_->Send(request);
+  return Status::Ok();
+}
+
+WorkerReply WorkerPool::Receive(double timeout_s) {
+  WorkerReply reply = worker_->Receive(timeout_s);
+  if (!worker_->alive()) worker_.reset();  // replaced on the next request
+  if (reply.kind == WorkerReply::Kind::kDied) ++stats_.crashes;
+  if (reply.kind == WorkerReply::Kind::kTimeout) ++stats_.timeouts;
+  return reply;
+}
+
 CaseResult IsolatedCaseExecutor::RunOnce(const std::string& request, const OpCase& op_case, int attempt) {
-  CaseResult result;
   const double timeout = pool_.options().policy.TimeoutFor(op_case);
-  auto reply = pool_.Call(request, timeout, attempt);
+  return FromReply(pool_.Call(request, timeout, attempt), op_case, timeout);
+}
+
+CaseResult IsolatedCaseExecutor::FromReply(const Result<WorkerReply>& reply, const OpCase& op_case, double timeout) {
+  CaseResult result;
   if (!reply) {
     harness_ = reply.error();
     result.outcome = Outcome::kError;
@@ -344,6 +363,61 @@ CaseResult IsolatedCaseExecutor::Run(const OpCase& op_case) {
   const std::string request = DumpJson(json{{"unit", op_case.ToJsonValue()}});
   CaseResult first = RunOnce(request, op_case, 1);
   if (!harness_.ok() || !ShouldRerunCase(first.outcome)) return first;
+  return Settle(std::move(first), op_case, request);
+}
+
+void IsolatedCaseExecutor::RunMany(const std::vector<const OpCase*>& cases,
+                                   const std::function<void(size_t, CaseResult)>& on_result) {
+  if (cases.size() <= 1) {
+    CaseExecutor::RunMany(cases, on_result);
+    return;
+  }
+  std::vector<std::string> requests(cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) requests[i] = DumpJson(json{{"unit", cases[i]->ToJsonValue()}});
+  std::vector<CaseResult> firsts(cases.size());
+  std::vector<size_t> again;  // first results that run again, after the rest
+  size_t next = 0;            // the next case to send
+  size_t queued = 0;          // cases [next - queued, next) are sent and unanswered, in order
+  while (next < cases.size() || queued > 0) {
+    // Stopped (SIGINT): nothing more is sent; what was sent is answered, the
+    // rest stays unreported for the stage's resume.
+    const bool stopping = pool_.options().stop != nullptr && pool_.options().stop->load();
+    if (stopping && queued == 0) break;
+    while (!stopping && next < cases.size() && queued < kWindow) {
+      if (Status sent = pool_.Send(requests[next]); !sent.ok()) {
+        harness_ = sent;
+        return;
+      }
+      ++next;
+      ++queued;
+    }
+    const size_t i = next - queued;
+    const double timeout = pool_.options().policy.TimeoutFor(*cases[i]);
+    const WorkerReply reply = pool_.Receive(timeout);
+    --queued;
+    CaseResult result = FromReply(reply, *cases[i], timeout);
+    if (!harness_.ok()) return;
+    if (reply.kind != WorkerReply::Kind::kReply) {
+      // The worker is gone with the requests queued behind this one: they
+      // go to the next worker.
+      next = i + 1;
+      queued = 0;
+    }
+    if (pool_.options().policy.reruns > 0 && ShouldRerunCase(result.outcome)) {
+      firsts[i] = std::move(result);
+      again.push_back(i);
+    } else {
+      on_result(i, std::move(result));
+    }
+  }
+  for (size_t i : again) {
+    CaseResult settled = Settle(std::move(firsts[i]), *cases[i], requests[i]);
+    if (!harness_.ok()) return;
+    on_result(i, std::move(settled));
+  }
+}
+
+CaseResult IsolatedCaseExecutor::Settle(CaseResult first, const OpCase& op_case, const std::string& request) {
   std::vector<Outcome> outcomes = {first.outcome};
   const int reruns = pool_.options().policy.reruns;
   bool settled = false;

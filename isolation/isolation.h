@@ -42,7 +42,6 @@
 #include "replay/model_check.h"
 #include "replay/program_replay.h"
 #include "replay/replay.h"
-#include "backends/backends.h"
 #include "isolation/worker.h"
 
 namespace coverage::isolation {
@@ -150,13 +149,20 @@ class WorkerPool {
   // Sends `request` to the long-lived worker (started when needed) or, with
   // attempt > 1, to a fresh worker used for this request only.
   Result<WorkerReply> Call(const std::string& request, double timeout_s, int attempt, bool measure_peak = false);
+  // Note [Pipelined requests] (worker.h) on the long-lived worker: Send
+  // queues a request (starting the worker when needed), Receive waits for
+  // the oldest one's reply; after any reply but a kReply the worker is gone
+  // and the requests queued behind it unanswered.
+  Status Send(const std::string& request);
+  WorkerReply Receive(double timeout_s);
   const IsolationOptions& options() const { return options_; }
   IsolationStats& stats() { return stats_; }
   // The declared numerics the last worker set up judges under (JSON text, ""
   // for none; Note [Declared numerics] in replay/numerics.cc).
   const std::string& declared_numerics() const { return declared_numerics_; }
-  // The backend as the last worker set up reports it (name, version).
-  const backends::BackendIdentity& backend_identity() const { return backend_identity_; }
+  // The backend as the last worker set up reports it (backends::IdentityOf).
+  const std::string& backend_name() const { return backend_name_; }
+  const std::string& backend_version() const { return backend_version_; }
 
  private:
   Result<std::unique_ptr<WorkerProcess>> StartWorker(int attempt);
@@ -166,7 +172,7 @@ class WorkerPool {
   std::map<int, std::unique_ptr<WorkerProcess>> standby_;  // by attempt; spawned, not yet set up
   IsolationStats stats_;
   std::string declared_numerics_;
-  backends::BackendIdentity backend_identity_;
+  std::string backend_name_, backend_version_;
 };
 
 class IsolatedCaseExecutor final : public CaseExecutor {
@@ -176,13 +182,26 @@ class IsolatedCaseExecutor final : public CaseExecutor {
   // before any case runs.
   Status Start() { return pool_.EnsureWorker(); }
   CaseResult Run(const OpCase& op_case) override;
+  // Up to kWindow requests queued in the worker at a time (Note [Pipelined
+  // requests]): it goes from one case to the next while this process stores
+  // results. A crash or timeout costs its case alone (judged and rerun as
+  // in Run); the cases queued behind it go to the next worker.
+  void RunMany(const std::vector<const OpCase*>& cases,
+               const std::function<void(size_t, CaseResult)>& on_result) override;
+  static constexpr size_t kWindow = 8;
+  bool Pipelines() const override { return true; }
   Status HarnessStatus() const override { return harness_; }
   const IsolationStats& stats() { return pool_.stats(); }
   const std::string& declared_numerics() const { return pool_.declared_numerics(); }
-  const backends::BackendIdentity& backend_identity() const { return pool_.backend_identity(); }
+  const std::string& backend_name() const { return pool_.backend_name(); }
+  const std::string& backend_version() const { return pool_.backend_version(); }
 
  private:
   CaseResult RunOnce(const std::string& request, const OpCase& op_case, int attempt);
+  // A reply (or its absence) as the case's result.
+  CaseResult FromReply(const Result<WorkerReply>& reply, const OpCase& op_case, double timeout);
+  // Run's reruns of a first result that asks for them (Note [Reruns]).
+  CaseResult Settle(CaseResult first, const OpCase& op_case, const std::string& request);
   WorkerPool pool_;
   Status harness_;
 };
@@ -198,7 +217,8 @@ class IsolatedModelStageRunner final : public ProgramStageRunner {
   Status HarnessStatus() const override { return harness_; }
   const IsolationStats& stats() { return pool_.stats(); }
   const std::string& declared_numerics() const { return pool_.declared_numerics(); }
-  const backends::BackendIdentity& backend_identity() const { return pool_.backend_identity(); }
+  const std::string& backend_name() const { return pool_.backend_name(); }
+  const std::string& backend_version() const { return pool_.backend_version(); }
 
  private:
   std::vector<ModelItemResult> RunOnce(const std::string& request, const std::string& stage, int attempt);

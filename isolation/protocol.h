@@ -29,7 +29,7 @@ namespace coverage::isolation {
 // itself when it has none.
 struct SetupReply {
   std::string numerics;
-  std::string backend_name, backend_version;  // backends::BackendIdentity
+  std::string backend_name, backend_version;  // the worker's backends::IdentityOf
 };
 Result<SetupReply> ParseSetupReply(std::string_view line);
 

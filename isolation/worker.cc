@@ -282,6 +282,23 @@ void WorkerProcess::KillAndReap(WorkerReply* reply) {
 
 WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, const std::atomic<bool>* stop,
                                 bool measure_peak) {
+  Send(request);
+  return Receive(timeout_s, stop, measure_peak);
+}
+
+void WorkerProcess::Send(const std::string& request) {
+  outgoing_ += request;
+  outgoing_ += '\n';
+  ++unanswered_;
+  if (!alive_) return;
+  // As much as the socket takes now, so the worker has its next request
+  // while the caller does other work; Receive writes the rest (and notices
+  // a dead worker).
+  const ssize_t w = send(socket_fd_, outgoing_.data(), outgoing_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (w > 0) outgoing_.erase(0, static_cast<size_t>(w));
+}
+
+WorkerReply WorkerProcess::Receive(double timeout_s, const std::atomic<bool>* stop, bool measure_peak) {
   WorkerReply reply;
   const auto start = std::chrono::steady_clock::now();
   if (!alive_) {
@@ -289,9 +306,13 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
     reply.stderr_tail = StderrTail();
     return reply;
   }
-  stderr_lines_.clear();
-  stderr_partial_.clear();
-  last_progress_.clear();
+  if (unanswered_ <= 1) {
+    // What the worker printed belongs to this request alone; with requests
+    // queued behind it (Note [Pipelined requests]) the tail rolls on instead.
+    stderr_lines_.clear();
+    stderr_partial_.clear();
+    last_progress_.clear();
+  }
   const bool watch = memory_ceiling_bytes_ > 0;
   const bool peak_reset = watch && measure_peak && ResetPeak();
   if (peak_reset) reply.start_rss_bytes = std::max<int64_t>(ResidentBytes(), 0);
@@ -308,8 +329,6 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
     const int64_t hwm = peak_reset ? PeakResidentBytes() : -1;
     return std::max(sampled, hwm);
   };
-  const std::string out = request + "\n";
-  size_t sent = 0;
   auto reap = [&](int status) {
     if (WIFSIGNALED(status)) reply.term_signal = WTERMSIG(status);
     if (WIFEXITED(status)) reply.exit_status = WEXITSTATUS(status);
@@ -337,10 +356,11 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
     return reply;
   };
   for (;;) {
-    // A reply already buffered?
-    if (size_t nl = pending_.find('\n'); nl != std::string::npos && sent == out.size()) {
+    // A reply already buffered: the oldest unanswered request's.
+    if (size_t nl = pending_.find('\n'); nl != std::string::npos) {
       reply.line = pending_.substr(0, nl);
       pending_.erase(0, nl + 1);
+      --unanswered_;
       reply.seconds = SecondsSince(start);
       reply.peak_rss_bytes = std::max<int64_t>(peak(), 0);
       return reply;
@@ -367,7 +387,7 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
       reply.seconds = SecondsSince(start);
       return reply;
     }
-    pollfd fds[2] = {{socket_fd_, static_cast<short>(POLLIN | (sent < out.size() ? POLLOUT : 0)), 0},
+    pollfd fds[2] = {{socket_fd_, static_cast<short>(POLLIN | (!outgoing_.empty() ? POLLOUT : 0)), 0},
                      {stderr_eof_ ? -1 : stderr_fd_, POLLIN, 0}};
     const int wait_ms = static_cast<int>(std::min(left * 1000.0 + 1, memory_ceiling_bytes_ > 0 ? 50.0 : 200.0));
     int n = poll(fds, 2, wait_ms);
@@ -383,9 +403,9 @@ WorkerReply WorkerProcess::Call(const std::string& request, double timeout_s, co
       continue;
     }
     if (fds[1].revents & (POLLIN | POLLHUP)) DrainStderr(false);
-    if (sent < out.size() && (fds[0].revents & POLLOUT)) {
-      ssize_t w = send(socket_fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) sent += static_cast<size_t>(w);
+    if (!outgoing_.empty() && (fds[0].revents & POLLOUT)) {
+      ssize_t w = send(socket_fd_, outgoing_.data(), outgoing_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) outgoing_.erase(0, static_cast<size_t>(w));
       else if (w < 0 && errno != EAGAIN && errno != EINTR) return died(false);
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {

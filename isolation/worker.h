@@ -95,6 +95,16 @@ class WorkerProcess {
   // /proc accesses a request, so only where the peak is used.
   WorkerReply Call(const std::string& request, double timeout_s, const std::atomic<bool>* stop = nullptr,
                    bool measure_peak = false);
+  // Note [Pipelined requests]: Send queues a request without waiting (it is
+  // written while a later Receive waits); Receive waits up to `timeout_s`
+  // for the reply to the oldest request not yet answered. The worker answers
+  // its requests in order, one line each, so a crash in the k-th leaves the
+  // replies before it delivered and the ones after it unanswered. Call is
+  // Send then Receive.
+  void Send(const std::string& request);
+  WorkerReply Receive(double timeout_s, const std::atomic<bool>* stop = nullptr, bool measure_peak = false);
+  // Requests sent and not yet answered.
+  int unanswered() const { return unanswered_; }
 
   bool alive() const { return alive_; }
   pid_t pid() const { return pid_; }
@@ -120,6 +130,8 @@ class WorkerProcess {
   bool alive_ = false;
   bool stderr_eof_ = false;
   std::string pending_;              // bytes received after the last reply line
+  std::string outgoing_;             // requests not yet written to the socket
+  int unanswered_ = 0;
   std::string stderr_partial_;       // an unfinished stderr line
   std::deque<std::string> stderr_lines_;
   std::string last_progress_;  // this request's last progress line

@@ -54,6 +54,22 @@ class CaseExecutor {
  public:
   virtual ~CaseExecutor() = default;
   virtual CaseResult Run(const OpCase& op_case) = 0;
+  // Runs `cases`, calling on_result(i, result) as each one's result is final
+  // (not necessarily in order: a case that runs again comes after the
+  // others). Stops at a harness failure (HarnessStatus), leaving the rest
+  // unreported. This one runs them one by one; worker isolation pipelines
+  // them (Note [Pipelined requests] in isolation/worker.h).
+  virtual void RunMany(const std::vector<const OpCase*>& cases,
+                       const std::function<void(size_t, CaseResult)>& on_result) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      CaseResult result = Run(*cases[i]);
+      if (!HarnessStatus().ok()) return;
+      on_result(i, std::move(result));
+    }
+  }
+  // True when RunMany gains from more than one case at a time; the unit
+  // stage hands such an executor batches of small cases, others one case.
+  virtual bool Pipelines() const { return false; }
   // A failure of the harness itself (a worker that cannot start); the stage
   // stops with it and does not store the last Run's result.
   virtual Status HarnessStatus() const { return Status::Ok(); }

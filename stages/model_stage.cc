@@ -127,15 +127,18 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
 
   ModelStageSummary summary;
   std::vector<registry::SelectedModel> models;
-  std::string source;  // where the models came from, for the error below
+  std::string source;   // where the models came from, for the error below
+  std::string capture = "coverage capture --selection";  // how a missing program is captured
   if (!options.model_ids.empty()) {
     COV_ASSIGN_OR_RETURN(models, registry.ModelsById(options.model_ids));
     source = "the --models list";
+    capture = "coverage capture --models FILE";
   } else if (options.all_captured) {
     COV_ASSIGN_OR_RETURN(auto ids, registry.CapturedModelIds());
     if (ids.empty()) return Status::NotFound("the registry holds no captured program yet: run coverage capture first");
     COV_ASSIGN_OR_RETURN(models, registry.ModelsById(ids));
     source = "the captured models";
+    capture = "coverage capture --models FILE";
   } else {
     int64_t selection_id = 0;
     COV_ASSIGN_OR_RETURN(models, registry.SelectionModels(options.selection_id, &selection_id));
@@ -216,8 +219,8 @@ Result<ModelStageSummary> RunModelStages(registry::Registry& registry, replay::P
       COV_ASSIGN_OR_RETURN(auto captured, registry.GetProgramRecord(model.model_id, profile->name));
       if (!captured || captured->status != "captured") {
         const std::string reason =
-            !captured ? fmt::format("no program captured for profile '{}' (coverage capture --profile '{}')",
-                                    profile->name, profile->name)
+            !captured ? fmt::format("no program captured for profile '{}' ({} --profile '{}')",
+                                    profile->name, capture, profile->name)
                       : fmt::format("not captured ({}{}): {}", captured->status,
                                     captured->stage.empty() ? "" : ", " + captured->stage, captured->reason);
         rows.push_back(Skipped(reason, family));

@@ -17,6 +17,10 @@
 namespace coverage::stages {
 namespace {
 
+// Note [Case batches] (RunUnitStage).
+constexpr size_t kBatchCases = 64;
+constexpr double kBatchSeconds = 0.05;
+
 // Why case `c` is over a cost cap of `options`, or empty when it is not.
 std::string CostCapReason(const registry::StoredCase& c, const UnitStageOptions& options) {
   if (options.max_case_flops && c.cost.flops > *options.max_case_flops) {
@@ -138,36 +142,65 @@ Result<UnitStageSummary> RunUnitStage(registry::Registry& registry, replay::Case
   Progress progress(fmt::format("unit {} on {}", summary.run_id, options.backend), static_cast<int64_t>(todo.size()),
                     options.progress);
   int64_t failures = 0;
-  for (size_t i = 0; i < todo.size(); ++i) {
+  int64_t done = 0;
+  auto record = [&](size_t i, const CaseResult& result) -> Status {
+    if (IsUnexpectedFailure(result.outcome)) ++failures;
+    COV_RETURN_IF_ERROR(registry.RecordResult(summary.run_id, todo[i]->case_id, result));
+    ++done;
+    progress.Update(done, fmt::format("{} failing | {}", failures, todo[i]->op_case.QualifiedName()),
+                    work_before[i + 1] / work_before.back());
+    return Status::Ok();
+  };
+  for (size_t i = 0; i < todo.size();) {
     if (run.StopRequested()) {
       summary.interrupted = true;
       break;
     }
-    const registry::StoredCase& c = *todo[i];
-    CaseResult result;
     if (!over_cap[i].empty()) {
-      result.outcome = Outcome::kSkipped;
-      result.error = std::move(over_cap[i]);
+      CaseResult skipped;
+      skipped.outcome = Outcome::kSkipped;
+      skipped.error = std::move(over_cap[i]);
       ++summary.skipped_by_cost;
-    } else {
-      COV_RETURN_IF_ERROR(run.Begin("case:" + std::to_string(c.case_id)));
-      result = executor.Run(c.op_case);
-      if (Status harness = executor.HarnessStatus(); !harness.ok()) {
-        // Stopped while a worker started: the case stays in flight and runs
-        // again on resume.
-        if (harness.code() == StatusCode::kAborted && run.StopRequested()) {
-          summary.interrupted = true;
-          break;
-        }
-        return harness;
-      }
+      COV_RETURN_IF_ERROR(record(i, skipped));
+      ++i;
+      continue;
+    }
+    // Note [Case batches]: small cases go together to an executor that
+    // pipelines them (worker isolation, Note [Pipelined requests]), so a
+    // worker goes from one to the next while their results are stored here.
+    // A batch is at most kBatchCases cases of kBatchSeconds of estimated
+    // work (one case when it alone is more), so a stop waits for little; its
+    // cases are marked in flight together, and a case without a result when
+    // the run ends stays marked for the resume. Other executors get one case
+    // at a time.
+    size_t end = i + 1;
+    while (executor.Pipelines() && end < todo.size() && end - i < kBatchCases && over_cap[end].empty() &&
+           work_before[end + 1] - work_before[i] <= kBatchSeconds) {
+      ++end;
+    }
+    std::vector<const OpCase*> batch;
+    for (size_t k = i; k < end; ++k) {
+      COV_RETURN_IF_ERROR(run.Begin("case:" + std::to_string(todo[k]->case_id)));
+      batch.push_back(&todo[k]->op_case);
+    }
+    Status stored;
+    executor.RunMany(batch, [&](size_t k, CaseResult result) {
+      if (!stored.ok()) return;
       ++summary.executed;
       summary.compute_seconds += result.timing.ComputeUs() / 1e6;
+      stored = record(i + k, result);
+    });
+    COV_RETURN_IF_ERROR(stored);
+    if (Status harness = executor.HarnessStatus(); !harness.ok()) {
+      // Stopped while a worker started: the cases without a result stay in
+      // flight and run again on resume.
+      if (harness.code() == StatusCode::kAborted && run.StopRequested()) {
+        summary.interrupted = true;
+        break;
+      }
+      return harness;
     }
-    if (IsUnexpectedFailure(result.outcome)) ++failures;
-    COV_RETURN_IF_ERROR(registry.RecordResult(summary.run_id, c.case_id, result));
-    progress.Update(static_cast<int64_t>(i + 1), fmt::format("{} failing | {}", failures, c.op_case.QualifiedName()),
-                    work_before[i + 1] / work_before.back());
+    i = end;
   }
   progress.Finish();
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <numeric>
 #include <string>
 #include <thread>
 
@@ -111,6 +112,22 @@ TEST(Worker, RepliesArriveOnItsSocketAndStdoutDoesNotCorruptThem) {
     EXPECT_EQ(r.line, std::string("got:") + msg);
   }
   EXPECT_TRUE((*w)->alive());
+}
+
+// Note [Pipelined requests]: requests queued without waiting are answered
+// in order, one reply each.
+TEST(Worker, PipelinedRequestsAreAnsweredInOrder) {
+  auto w = WorkerProcess::Spawn(Shell("while read -r l <&3; do echo \"got:$l\" >&3; done"));
+  ASSERT_TRUE(w.has_value()) << w.error().ToString();
+  for (const char* msg : {"a", "b", "c"}) (*w)->Send(msg);
+  EXPECT_EQ((*w)->unanswered(), 3);
+  for (const char* msg : {"a", "b", "c"}) {
+    WorkerReply r = (*w)->Receive(10);
+    ASSERT_EQ(r.kind, WorkerReply::Kind::kReply);
+    EXPECT_EQ(r.line, std::string("got:") + msg);
+  }
+  EXPECT_EQ((*w)->unanswered(), 0);
+  EXPECT_EQ((*w)->Call("d", 10).line, "got:d");
 }
 
 TEST(Worker, ACrashIsReportedWithItsSignalAndLastOutput) {
@@ -333,6 +350,62 @@ TEST(IsolatedCaseExecutor, ACrashIsAttributedAndTheNextCaseGetsAFreshWorker) {
   EXPECT_EQ(e.Run(testing::MulCase({2, 3})).outcome, Outcome::kPass);
   EXPECT_EQ(e.stats().workers_started, 2);
   EXPECT_EQ(e.stats().crashes, 1);
+}
+
+// Note [Pipelined requests]: a batch runs in the long-lived worker with
+// requests queued; a crash costs its own case, and the cases queued behind
+// it run in the next worker. Each result says which worker gave it ($$).
+TEST(IsolatedCaseExecutor, ABatchSharesAWorkerAndACrashCostsOnlyItsCase) {
+  IsolatedCaseExecutor e(ScriptedWorker(
+      "case \"$l\" in *\"[7,3]\"*) kill -SEGV $$;; "
+      "*) echo \"{\\\"result\\\":{\\\"outcome\\\":\\\"pass\\\",\\\"error\\\":\\\"$$\\\"}}\" >&3;; esac",
+      0));
+  ASSERT_TRUE(e.Start().ok());
+  std::vector<OpCase> cases;
+  for (int64_t rows = 1; rows <= 12; ++rows) cases.push_back(testing::MulCase({rows, 3}));
+  std::vector<const OpCase*> batch;
+  for (const OpCase& c : cases) batch.push_back(&c);
+  std::vector<size_t> order;
+  std::vector<CaseResult> results(cases.size());
+  e.RunMany(batch, [&](size_t i, CaseResult r) {
+    order.push_back(i);
+    results[i] = std::move(r);
+  });
+  ASSERT_TRUE(e.HarnessStatus().ok()) << e.HarnessStatus().ToString();
+  std::vector<size_t> all(cases.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  EXPECT_EQ(order, all);  // each once, in order (nothing ran again)
+  EXPECT_EQ(results[6].outcome, Outcome::kCrash);
+  EXPECT_NE(results[6].error.find("SIGSEGV"), std::string::npos) << results[6].error;
+  const std::string first_worker = results[0].error, second_worker = results[7].error;
+  EXPECT_NE(first_worker, second_worker);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (i == 6) continue;
+    EXPECT_EQ(results[i].outcome, Outcome::kPass) << i;
+    EXPECT_EQ(results[i].error, i < 6 ? first_worker : second_worker) << i;
+  }
+  EXPECT_EQ(e.stats().workers_started, 2);
+  EXPECT_EQ(e.stats().crashes, 1);
+}
+
+// A wrong answer in a batch runs again as Run would run it, after the rest.
+TEST(IsolatedCaseExecutor, AWrongAnswerInABatchRunsAgainAfterTheRest) {
+  IsolatedCaseExecutor e(ScriptedWorker(std::string("case \"$l\" in *\"[2,3]\"*) ") + kMismatch + ";; *) " + kPass +
+                                        ";; esac", 1));
+  ASSERT_TRUE(e.Start().ok());
+  const OpCase a = testing::MulCase({1, 3}), b = testing::MulCase({2, 3}), c = testing::MulCase({3, 3});
+  std::vector<size_t> order;
+  std::vector<CaseResult> results(3);
+  e.RunMany({&a, &b, &c}, [&](size_t i, CaseResult r) {
+    order.push_back(i);
+    results[i] = std::move(r);
+  });
+  EXPECT_EQ(order, (std::vector<size_t>{0, 2, 1}));
+  EXPECT_EQ(results[1].outcome, Outcome::kMismatch);
+  EXPECT_EQ(results[1].attempts, 2);  // reproduced exactly in the same worker: settled
+  EXPECT_FALSE(results[1].flaky);
+  EXPECT_EQ(results[0].outcome, Outcome::kPass);
+  EXPECT_EQ(e.stats().workers_started, 1);
 }
 
 TEST(IsolatedCaseExecutor, OutputThatIsNotUtf8IsKeptReadableAndNothingThrows) {
