@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <charconv>
 #include <filesystem>
 #include <mutex>
 
@@ -73,15 +75,8 @@ class PluginBackend final : public Backend {
     return v ? v : "";
   }
   std::map<std::string, int64_t> Counters() const override {
-    std::map<std::string, int64_t> out;
     const char* text = plugin_->counters ? plugin_->counters() : nullptr;
-    if (text == nullptr) return out;
-    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-    if (!j.is_object()) return out;  // a plugin bug: no counters rather than a failed run
-    for (const auto& [k, v] : j.items()) {
-      if (v.is_number_integer()) out[k] = v.get<int64_t>();
-    }
-    return out;
+    return text == nullptr ? std::map<std::string, int64_t>() : ParseCounters(text);
   }
 
  private:
@@ -149,6 +144,51 @@ Result<const Plugin*> Load(const std::string& path) {
 }
 
 }  // namespace
+
+std::map<std::string, int64_t> ParseCounters(std::string_view text) {
+  auto parsed = [&] {
+    std::map<std::string, int64_t> out;
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (!j.is_object()) return out;
+    for (const auto& [k, v] : j.items()) {
+      if (v.is_number_integer()) out[k] = v.get<int64_t>();
+    }
+    return out;
+  };
+  std::map<std::string, int64_t> out;
+  if (text.size() < 2 || text.front() != '{' || text.back() != '}') return parsed();
+  size_t i = 1;
+  while (i < text.size() - 1) {
+    if (text[i] != '"') return parsed();
+    const size_t close = text.find('"', i + 1);
+    if (close == std::string_view::npos) return parsed();
+    const std::string_view key = text.substr(i + 1, close - i - 1);
+    for (char c : key) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '\\' || u < 0x20 || u >= 0x80) return parsed();
+    }
+    i = close + 1;
+    if (i >= text.size() || text[i] != ':') return parsed();
+    ++i;
+    const size_t digits = i + (i < text.size() && text[i] == '-');
+    // JSON's integers: no leading zero, no fraction or exponent after them.
+    if (digits >= text.size() || !std::isdigit(static_cast<unsigned char>(text[digits])) ||
+        (text[digits] == '0' && digits + 1 < text.size() && std::isdigit(static_cast<unsigned char>(text[digits + 1])))) {
+      return parsed();
+    }
+    int64_t value = 0;
+    const auto [end, ec] = std::from_chars(text.data() + i, text.data() + text.size(), value);
+    if (ec != std::errc()) return parsed();
+    i = static_cast<size_t>(end - text.data());
+    if (text[i] != ',' && i != text.size() - 1) return parsed();
+    out.insert_or_assign(out.end(), std::string(key), value);  // the last of a repeated name, as the parser keeps
+    if (text[i] == ',') {
+      ++i;
+      if (i >= text.size() - 1) return parsed();  // a trailing comma
+    }
+  }
+  return out;
+}
 
 Result<std::shared_ptr<Backend>> LoadPluginBackend(const std::string& name, const std::string& path) {
   auto plugin = Load(path);

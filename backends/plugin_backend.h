@@ -12,6 +12,10 @@
 #include <memory>
 #include <string>
 
+#include <cstdint>
+#include <map>
+#include <string_view>
+
 #include "core/result.h"
 
 namespace coverage::backends {
@@ -40,6 +44,14 @@ struct SimBackendOptions {
   // loading, when that variable is unset; empty: leave it unset (defaults).
   std::string default_config_path;
 };
+
+// A plugin's coverage_backend_counters text (plugin_abi.h): its integer
+// members. Asked before and after every case, so the usual flat form
+// ({"name":12,...}: no spaces, escapes or non-ASCII bytes) is read directly;
+// any other text goes through the JSON parser, with the same result: members
+// that are not integers are left out, and text that is not a JSON object
+// gives no counters (a plugin bug must not fail the run).
+std::map<std::string, int64_t> ParseCounters(std::string_view text);
 
 // Registers "sim" (the simulated PrivateUse1 device) and the prefix
 // "privateuse1:" (any plugin, by path).

@@ -246,10 +246,13 @@ CaseResult ReplayExecutor::RunCase(const OpCase& op_case) {
   // the device included, and are kept when the backend fails.
   const std::map<std::string, int64_t> counters_before = backend_->Counters();
   auto record_counters = [&]() {
+    // Both sorted by name: one walk.
+    auto before = counters_before.begin();
     for (const auto& [name, after] : backend_->Counters()) {
-      auto it = counters_before.find(name);
-      const int64_t delta = after - (it == counters_before.end() ? 0 : it->second);
-      if (delta != 0) res.counters[name] = delta;
+      while (before != counters_before.end() && before->first < name) ++before;
+      const bool known = before != counters_before.end() && before->first == name;
+      const int64_t delta = after - (known ? before->second : 0);
+      if (delta != 0) res.counters.emplace_hint(res.counters.end(), name, delta);
     }
   };
   try {

@@ -14,11 +14,13 @@
 //
 // It links libtorch only; the project loads it like any other plugin
 // (backends/plugin_backend.h) and talks to it through backends/plugin_abi.h.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <string_view>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -356,16 +358,25 @@ SIM_EXPORT const char* coverage_backend_version(void) {
 
 SIM_EXPORT const char* coverage_backend_counters(void) {
   using namespace coverage::sim::internal;
+  // Asked before and after every case, with a counter per op seen: written
+  // by hand in key order (names are op names; nlohmann escapes any other).
   thread_local std::string text;
-  nlohmann::json j = nlohmann::json::object();
-  {
-    std::lock_guard<std::mutex> lock(S().mu);
-    for (const char* always : {"compiles", "cache_hits", "fallbacks", "allocations", "bytes_allocated", "faults_injected"}) {
-      j[always] = 0;
-    }
-    for (const auto& [name, value] : S().counters) j[name] = value;
+  std::lock_guard<std::mutex> lock(S().mu);
+  std::map<std::string, int64_t>& counters = S().counters;
+  for (const char* always : {"compiles", "cache_hits", "fallbacks", "allocations", "bytes_allocated", "faults_injected"}) {
+    counters.try_emplace(always, 0);
   }
-  text = j.dump();
+  text = "{";
+  for (const auto& [name, value] : counters) {
+    if (text.size() > 1) text += ',';
+    const bool plain = std::none_of(name.begin(), name.end(), [](char c) {
+      return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+    });
+    text += plain ? '"' + name + '"' : nlohmann::json(name).dump();
+    text += ':';
+    text += std::to_string(value);
+  }
+  text += '}';
   return text.c_str();
 }
 

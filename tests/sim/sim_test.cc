@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -423,6 +424,50 @@ TEST(SimReplay, SimDeclaresItsBf16MatmulsAndPassesAgainstTheDeclaration) {
   EXPECT_EQ(mm.outcome, Outcome::kPass) << mm.error;
   auto exact = Sim(R"({"numerics": "exact"})");
   EXPECT_EQ(BackendNumericsOf(*exact), "");
+}
+
+// The counters' fast path reads what the JSON parser reads: the same
+// members for the flat form, and for anything else (spaces, escapes,
+// fractions, nesting, leading zeros, repeated names, broken text) the
+// parser's own answer. Fixed cases, then random texts of JSON-like pieces.
+TEST(PluginCounters, TheFastPathReadsWhatTheJsonParserReads) {
+  auto reference = [](const std::string& text) {  // the parser alone
+    const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+    std::map<std::string, int64_t> members;
+    for (auto it = parsed.begin(); parsed.is_object() && it != parsed.end(); ++it) {
+      if (it->is_number_integer()) members.emplace(it.key(), it->get<int64_t>());
+    }
+    return members;
+  };
+  EXPECT_EQ(ParseCounters(R"({"fallbacks":3,"fallback:aten::mm.default":-2})"),
+            (std::map<std::string, int64_t>{{"fallbacks", 3}, {"fallback:aten::mm.default", -2}}));
+  for (const std::string text :
+       {"{}", "", "{", "{\"a\":1,}", "{\"a\":01}", "{\"a\":1.5,\"b\":2}", "{\"a\": 1}", "{\"a\\\"b\":1}",
+        "{\"a\":{\"b\":1}}", "{\"a\":1,\"a\":2}", "{\"a\":1e3}", "{\"a\":-}", "{\"a\":9223372036854775808}",
+        "[1]", "{\"\xff\":1}", "{\"a\":1}}", "{\"a\"1}", "{\"a\":-0}", "{\"\":5}"}) {
+    EXPECT_EQ(ParseCounters(text), reference(text)) << text;
+  }
+  std::mt19937 random(7);
+  const char* pieces[] = {"{", "}", "\"a\"", "\"b:c\"", ":", ",", "1", "-12", "0", "07", "1.5", " ", "\\", "\"", "x"};
+  for (int n = 0; n < 20000; ++n) {
+    std::string text = "{";
+    for (int k = static_cast<int>(random() % 8); k > 0; --k) text += pieces[random() % std::size(pieces)];
+    if (random() % 2) text += "}";
+    ASSERT_EQ(ParseCounters(text), reference(text)) << text;
+  }
+  // Mostly well-formed: members of names and numbers, now and then a piece out of place.
+  const char* names[] = {"\"a\"", "\"fallback:aten::mm\"", "\"a\""};
+  const char* numbers[] = {"1", "-12", "0", "07", "1.5", "123456789012", "-0"};
+  for (int n = 0; n < 20000; ++n) {
+    std::string text = "{";
+    for (int k = static_cast<int>(random() % 4); k > 0; --k) {
+      text += std::string(names[random() % std::size(names)]) + ":" + numbers[random() % std::size(numbers)];
+      if (k > 1) text += ",";
+      if (random() % 10 == 0) text += pieces[random() % std::size(pieces)];
+    }
+    text += "}";
+    ASSERT_EQ(ParseCounters(text), reference(text)) << text;
+  }
 }
 
 TEST(SimReplay, CountersAndCompilesReachTheCaseResult) {
