@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <memory>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include <CLI/CLI.hpp>

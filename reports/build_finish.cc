@@ -206,14 +206,15 @@ std::string_view OpSupport::Support() const {
 
 namespace {
 
-// A host fallback the backend's counters saw during the case: sim counts
-// "fallbacks" and "fallback:<op>" (sim/sim_fallback.cc); a plugin that counts
-// its own the same way is read the same way.
-bool RanOnAHostFallback(const CaseResult& result) {
-  for (const auto& [name, n] : result.counters) {
-    if (n > 0 && name.rfind("fallback", 0) == 0) return true;
-  }
-  return false;
+// The case's op ran through the backend's host fallback, by its counters:
+// "fallback:<op>" where the backend counts per op (sim, sim/sim_fallback.cc;
+// its fallback also serves the views that place inputs, which are not the
+// op), else "fallbacks" where it counts only in all.
+bool RanOnAHostFallback(const CaseResult& result, const std::string& op) {
+  bool per_op = false;
+  for (const auto& [name, n] : result.counters) per_op = per_op || name.rfind("fallback:", 0) == 0;
+  const auto it = result.counters.find(per_op ? "fallback:" + op : std::string("fallbacks"));
+  return it != result.counters.end() && it->second > 0;
 }
 
 void FindLacks(Report& r) {
@@ -230,7 +231,7 @@ void FindLacks(Report& r) {
         s.missing = MissingKernel(c.result->error);
         s.example_key = c.key;
       }
-    } else if (RanOnAHostFallback(*c.result)) {
+    } else if (RanOnAHostFallback(*c.result, c.op)) {
       if (s.fallback++ == 0 && s.example_key.empty()) s.example_key = c.key;
     }
   }

@@ -303,9 +303,14 @@ TEST(HtmlReport, WhatTheBackendLacksListsMissingKernelsAndHostFallbacks) {
   add("k-n1", "aten::nonzero", "f32", Outcome::kPass, Outcome::kPass, "",
       {{"fallbacks", 1}, {"fallback:aten::nonzero", 1}});
   add("k-n2", "aten::nonzero", "f32", Outcome::kPass, Outcome::kPass, "", {{"kernel_launches", 2}});
+  // Only the views that placed its inputs went through the fallback: not the op.
+  add("k-r1", "aten::relu", "f32", Outcome::kPass, Outcome::kPass, "",
+      {{"fallbacks", 2}, {"fallback:aten::as_strided", 2}});
+  // A backend that counts fallbacks only in all.
+  add("k-g1", "aten::gather", "f32", Outcome::kPass, Outcome::kPass, "", {{"fallbacks", 1}});
   FindBroken(report);
 
-  ASSERT_EQ(report.lacks.size(), 3u);
+  ASSERT_EQ(report.lacks.size(), 4u);
   const OpSupport& none = report.lacks[0];
   EXPECT_EQ(none.op, "aten::convolution");
   EXPECT_EQ(none.Support(), "N");
@@ -319,7 +324,9 @@ TEST(HtmlReport, WhatTheBackendLacksListsMissingKernelsAndHostFallbacks) {
   EXPECT_EQ(partly.cases, 2);  // the skipped case was not judged
   EXPECT_EQ(partly.unsupported, 1);
   EXPECT_EQ(partly.missing, "abs_cpu for 'Int'");
-  const OpSupport& host = report.lacks[2];
+  EXPECT_EQ(report.lacks[2].op, "aten::gather");
+  EXPECT_EQ(report.lacks[2].Support(), "CPU fallback");
+  const OpSupport& host = report.lacks[3];
   EXPECT_EQ(host.op, "aten::nonzero");
   EXPECT_EQ(host.Support(), "CPU fallback");
   EXPECT_EQ(host.cases, 2);
@@ -336,10 +343,11 @@ TEST(HtmlReport, WhatTheBackendLacksListsMissingKernelsAndHostFallbacks) {
   EXPECT_GT(section.find("aten::nonzero"), section.find("<details>"));  // fallbacks folded below
   EXPECT_NE(section.find("href=\"#case-filter=k-c1\""), std::string::npos);
   const nlohmann::json json = nlohmann::json::parse(ReportToJson(report));
-  ASSERT_EQ(json["lacks"].size(), 3u);
+  ASSERT_EQ(json["lacks"].size(), 4u);
   EXPECT_EQ(json["lacks"][0]["support"], "N");
   EXPECT_EQ(json["lacks"][1]["missing_kernel"], "abs_cpu for 'Int'");
-  EXPECT_EQ(json["lacks"][2]["fallback"], 1);
+  EXPECT_EQ(json["lacks"][3]["fallback"], 1);
+  EXPECT_EQ(section.find("aten::relu"), std::string::npos);
 }
 
 // Note [What is broken]: a failing model names its call, the call its
