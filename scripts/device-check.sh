@@ -35,8 +35,11 @@ fi
 echo "== build (against $PY's torch)"
 generator=()
 if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+source scripts/cuda-flags.sh
+cuda_flags "$PY"
 cmake -S . -B build-device "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCOVERAGE_TORCH_PYTHON="$PY" \
-  -DCOVERAGE_BUILD_TESTS=OFF -DCOVERAGE_BUILD_BENCH=OFF -DCOVERAGE_BUILD_TOOLS=OFF "${prefix[@]}" >"$OUTDIR/cmake.log" 2>&1 ||
+  -DCOVERAGE_BUILD_TESTS=OFF -DCOVERAGE_BUILD_BENCH=OFF -DCOVERAGE_BUILD_TOOLS=OFF "${prefix[@]}" "${CUDA_FLAGS[@]}" \
+  >"$OUTDIR/cmake.log" 2>&1 ||
   { tail -30 "$OUTDIR/cmake.log"; exit 1; }
 cmake --build build-device --parallel "$(nproc)" --target coverage >"$OUTDIR/build.log" 2>&1 ||
   { grep -m 20 -E 'error|Error' "$OUTDIR/build.log"; exit 1; }
