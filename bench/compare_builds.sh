@@ -4,7 +4,9 @@
 # other on fresh copies of REGISTRY, REPEAT times, alternating, so load on
 # the machine falls on both alike. Prints a Markdown table of the whole
 # command's wall time (median of the repeats) and the second build's over
-# the first's.
+# the first's. A run that fails (exit status other than 0 or 1: a registry
+# of a schema the older build cannot read, say) stops the comparison.
+# COMPARE_CONFIGS picks configurations [default: "cpu process,sim process,cpu none,sim none"].
 #
 #   bash bench/compare_builds.sh BASE_BIN NEW_BIN REGISTRY [REPEAT] [-- RUN_ARGS...]
 #
@@ -31,9 +33,15 @@ once() {  # BIN BACKEND ISOLATION [RUN_ARGS...] -> wall seconds
   shift 3
   cp "$reg" "$tmp/r.db"
   t0=$(date +%s.%N)
+  local rc=0
   "$bin" -q --threads 1 --registry "$tmp/r.db" run --stage=unit --backend "$backend" --isolation "$isolation" \
-    --run compare "$@" >/dev/null 2>&1 || true
+    --run compare "$@" >"$tmp/run.out" 2>&1 || rc=$?
   t1=$(date +%s.%N)
+  if ((rc > 1)); then
+    echo "compare_builds: $bin failed (exit $rc):" >&2
+    tail -5 "$tmp/run.out" >&2
+    exit 2
+  fi
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf("%.2f\n", b - a) }'
 }
 
@@ -42,7 +50,8 @@ echo "$cases op cases of $reg, $repeat run(s) each, alternating"
 echo
 echo "| backend, isolation | base | new | new / base |"
 echo "|---|---:|---:|---:|"
-for config in "cpu process" "sim process" "cpu none" "sim none"; do
+IFS=, read -r -a configs <<<"${COMPARE_CONFIGS:-cpu process,sim process,cpu none,sim none}"
+for config in "${configs[@]}"; do
   read -r backend isolation <<<"$config"
   : >"$tmp/base.t"
   : >"$tmp/new.t"
