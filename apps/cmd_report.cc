@@ -80,7 +80,7 @@ int Repro(const GlobalOptions& global, const std::string& key, const std::string
   {
     backends::BackendRegistry known;
     RegisterBackends(global, known);
-    bool found = backend.rfind("privateuse1:", 0) == 0;
+    bool found = backend.rfind(backends::kPluginPrefix, 0) == 0;
     std::string names;
     for (const auto& b : known.Describe()) {
       found = found || b.name == backend;
@@ -135,8 +135,8 @@ int Repro(const GlobalOptions& global, const std::string& key, const std::string
     const char* config = std::getenv("COVERAGE_SIM_CONFIG");  // as the run would take it
     target.environment = {{"COVERAGE_SIM_CONFIG", config && *config ? std::string(config)
                                                                       : global.home + "/configs/sim.json"}};
-  } else if (backend.rfind("privateuse1:", 0) == 0) {
-    target.plugin = std::filesystem::absolute(backend.substr(std::string_view("privateuse1:").size())).string();
+  } else if (backend.rfind(backends::kPluginPrefix, 0) == 0) {
+    target.plugin = std::filesystem::absolute(backend.substr(backends::kPluginPrefix.size())).string();
   }
   target.device_name = device_name;
   std::printf("\n# The same call in PyTorch (same shapes, dtypes, strides, value domains and seed; the values are "

@@ -125,9 +125,8 @@ std::string BackendNameOf(const Backend& backend) { return backend.name(); }
 
 BackendIdentity IdentityOf(const Backend& backend) {
   BackendIdentity id{backend.name(), backend.Version()};
-  constexpr std::string_view kByPath = "privateuse1:";
-  if (id.name.rfind(kByPath, 0) == 0 && backend.device().type() == c10::DeviceType::PrivateUse1) {
-    id.name = std::string(kByPath) + c10::get_privateuse1_backend();
+  if (id.name.rfind(kPluginPrefix, 0) == 0 && backend.device().type() == c10::DeviceType::PrivateUse1) {
+    id.name = std::string(kPluginPrefix) + c10::get_privateuse1_backend();
   }
   return id;
 }

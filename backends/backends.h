@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/result.h"
@@ -18,6 +19,9 @@ class Backend;  // backend.h (torch-facing)
 using BackendFactory = std::function<Result<std::shared_ptr<Backend>>()>;
 // Makes a backend from what follows a prefix ("privateuse1:" + "/path/x.so").
 using PrefixBackendFactory = std::function<Result<std::shared_ptr<Backend>>(const std::string& rest)>;
+
+// The prefix of a PrivateUse1 plugin loaded by path: "privateuse1:/opt/x/libx.so".
+inline constexpr std::string_view kPluginPrefix = "privateuse1:";
 
 // One line of `coverage run --list-backends`.
 struct BackendInfo {

@@ -218,8 +218,8 @@ void RegisterPluginBackends(BackendRegistry& registry, SimBackendOptions sim) {
         const std::string path = sim.plugin_path.empty() ? DefaultSimPluginPath() : sim.plugin_path;
         return LoadPluginBackend("sim", path);
       });
-  registry.RegisterPrefix("privateuse1:", "a PrivateUse1 backend plugin (.so) loaded by path",
-                          [](const std::string& path) { return LoadPluginBackend("privateuse1:" + path, path); });
+  registry.RegisterPrefix(std::string(kPluginPrefix), "a PrivateUse1 backend plugin (.so) loaded by path",
+                          [](const std::string& path) { return LoadPluginBackend(std::string(kPluginPrefix) + path, path); });
 }
 
 }  // namespace coverage::backends

@@ -362,12 +362,8 @@ SIM_EXPORT const char* coverage_backend_counters(void) {
   // by hand in key order (names are op names; nlohmann escapes any other).
   thread_local std::string text;
   std::lock_guard<std::mutex> lock(S().mu);
-  std::map<std::string, int64_t>& counters = S().counters;
-  for (const char* always : {"compiles", "cache_hits", "fallbacks", "allocations", "bytes_allocated", "faults_injected"}) {
-    counters.try_emplace(always, 0);
-  }
   text = "{";
-  for (const auto& [name, value] : counters) {
+  for (const auto& [name, value] : S().counters) {
     if (text.size() > 1) text += ',';
     const bool plain = std::none_of(name.begin(), name.end(), [](char c) {
       return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;

@@ -47,7 +47,9 @@ struct State {
   std::mutex mu;
   std::shared_ptr<const Config> config = std::make_shared<Config>();
   std::string init_error;
-  std::map<std::string, int64_t> counters;
+  // The counters every report names, from the start (coverage_backend_counters).
+  std::map<std::string, int64_t> counters = {{"compiles", 0},    {"cache_hits", 0},      {"fallbacks", 0},
+                                             {"allocations", 0}, {"bytes_allocated", 0}, {"faults_injected", 0}};
   std::unordered_set<std::string> signatures;  // (op, shapes, dtypes) seen: "compiled"
 };
 
